@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, and runs every test through CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+bash scripts/setup.sh
+bash scripts/build.sh
+cd "${LEAP_BUILD_DIR:-build}"
+ctest --output-on-failure -j 2 --timeout 600
+echo "[test] total $(( $(date +%s) - start )) s"

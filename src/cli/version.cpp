@@ -1,0 +1,40 @@
+// `leap version`: what this binary is and what it can reach.
+#include <CLI/CLI.hpp>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+
+#if LEAP_HAVE_NVRTC
+#include <nvrtc.h>
+#endif
+
+namespace leap::cli {
+
+Handler add_version(CLI::App& app, const GlobalOptions& g) {
+  app.add_subcommand("version", "Print version, git commit, LibTorch version, CUDA and NVRTC availability");
+  return [] {
+    std::cout << "leap " << LEAP_VERSION << "\n";
+    std::cout << "git commit: " << LEAP_GIT_COMMIT << "\n";
+    std::cout << "libtorch: " << TORCH_VERSION << "\n";
+    // torch::cuda::device_count() loads the CUDA runtime lazily and asks the driver; with no
+    // driver or no GPU it answers 0 rather than failing.
+    int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+    std::cout << "cuda: " << (gpus > 0 ? "available, " + std::to_string(gpus) + " device(s)" : std::string("not available (no GPU or no driver)"))
+              << "\n";
+#if LEAP_HAVE_NVRTC
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS)
+      std::cout << "nvrtc: available, " << major << "." << minor << "\n";
+    else
+      std::cout << "nvrtc: not available\n";
+#else
+    std::cout << "nvrtc: not available (built without the CUDA toolkit)\n";
+#endif
+    return 0;
+  };
+}
+
+}  // namespace leap::cli

@@ -1,0 +1,36 @@
+#pragma once
+// Helpers shared by the tests: temporary folders, files, and running the `leap` binary.
+#include <filesystem>
+#include <string>
+
+namespace leap::test {
+
+/// A fresh folder under the system temp dir, removed with its content on destruction.
+struct TempDir {
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::filesystem::path path;
+  /// Writes `text` to `name` inside the folder and returns the file's path.
+  std::string write(const std::string& name, const std::string& text) const;
+};
+
+/// Exit status and captured output of one `leap` run.
+struct RunResult {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Path of the `leap` binary built beside the test binary.
+std::string leap_binary();
+
+/// Runs `leap ARGS` through the shell (ARGS is shell text) from the source folder, with an
+/// empty stdin; captures stdout and stderr.
+RunResult run_leap(const std::string& args);
+
+/// Reads a whole file (empty when missing).
+std::string read_file(const std::string& path);
+
+}  // namespace leap::test

@@ -1,0 +1,82 @@
+// The `leap` binary end to end: help, exit codes, config errors, version, not-built commands.
+#include <doctest/doctest.h>
+
+#include "support.hpp"
+
+using leap::test::run_leap;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("cli: leap --help lists every subcommand and the global options") {
+  auto r = run_leap("--help");
+  CHECK(r.rc == 0);
+  for (const char* sub : {"train", "eval", "report", "tasks", "model", "version"}) CHECK(contains(r.out, sub));
+  for (const char* opt : {"--db", "--results-dir", "--log-level"}) CHECK(contains(r.out, opt));
+}
+
+TEST_CASE("cli: each subcommand has a --help that shows its own flags") {
+  CHECK(contains(run_leap("train --help").out, "--set"));
+  CHECK(contains(run_leap("train --help").out, "--resume"));
+  CHECK(contains(run_leap("eval --help").out, "--solutions"));
+  CHECK(contains(run_leap("eval --help").out, "--bench"));
+  CHECK(contains(run_leap("report --help").out, "--format"));
+  CHECK(contains(run_leap("tasks --help").out, "validate"));
+  CHECK(contains(run_leap("tasks import --help").out, "--levels"));
+  CHECK(contains(run_leap("model --help").out, "generate"));
+  CHECK(contains(run_leap("model generate --help").out, "--max-new-tokens"));
+  CHECK(run_leap("version --help").rc == 0);
+}
+
+TEST_CASE("cli: bad usage exits 2") {
+  CHECK(run_leap("").rc == 2);
+  CHECK(run_leap("frobnicate").rc == 2);
+  CHECK(run_leap("train").rc == 2);  // missing CONFIG
+  CHECK(run_leap("eval --backend tpu --bench starter --model m").rc == 2);
+  CHECK(run_leap("--log-level loud version").rc == 2);
+}
+
+TEST_CASE("cli: a config with a typo'd key fails with file, key path and line:column, exit 2") {
+  leap::test::TempDir tmp;
+  std::string cfg = tmp.write("typo.yaml", "name: t\nrollout:\n  group_size: 8\n  temprature: 0.7\n");
+  auto r = run_leap("train " + cfg);
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, cfg + ":4:3: key 'rollout.temprature': unknown key (did you mean 'rollout.temperature'?)"));
+  auto s = run_leap("train " + tmp.write("ok.yaml", "name: t\n") + " --set rollout.group_size=zero");
+  CHECK(s.rc == 2);
+  CHECK(contains(s.err, "--set rollout.group_size=zero"));
+}
+
+TEST_CASE("cli: train --print-config prints the resolved config with overrides applied") {
+  leap::test::TempDir tmp;
+  std::string cfg = tmp.write("exp.yaml", "name: printed\ndcp: {enabled: true}\n");
+  auto r = run_leap("train " + cfg + " --set dcp.enabled=false --print-config");
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "name: \"printed\""));
+  CHECK(contains(r.out, "dcp:\n  enabled: false"));
+}
+
+TEST_CASE("cli: commands of later issues say so and exit 3 without output on stdout") {
+  leap::test::TempDir tmp;
+  std::string cfg = tmp.write("exp.yaml", "name: t\n");
+  for (std::string args : {"train " + cfg, std::string("report"), std::string("tasks list"),
+                           std::string("model inspect some/dir"),
+                           std::string("eval --tasks tasks/starter --solutions s")}) {
+    auto r = run_leap(args);
+    CAPTURE(args);
+    CHECK(r.rc == 3);
+    CHECK(contains(r.err, "not built yet"));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: leap version reports version, commit, LibTorch, CUDA and NVRTC") {
+  auto r = run_leap("version");
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "leap " LEAP_VERSION));
+  CHECK(contains(r.out, "git commit: "));
+  CHECK(contains(r.out, "libtorch: 2.11.0"));
+  CHECK(contains(r.out, "cuda: "));
+  CHECK(contains(r.out, "nvrtc: "));
+}
