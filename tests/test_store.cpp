@@ -628,10 +628,17 @@ TEST_CASE("store: a second connection reads committed data while a write is open
   writer.write_step(make_step(id, 1));
   Store reader(tmp.file(), OpenOptions{.busy_timeout_ms = 200});
 
+  // A tiny page cache makes the open transaction spill pages to disk. In a rollback-journal
+  // mode that takes an EXCLUSIVE lock and locks readers out; in WAL it does not.
+  writer.db().exec("PRAGMA cache_size = -64");
   Transaction tx(writer.db());
   writer.add_metric(id, 2, "pending", 1.0);
   writer.db().exec("INSERT INTO steps VALUES ('" + id + "', 2, 0, 0, 0, 0, 0)");
+  const std::string big(1000, 'x');
+  for (int i = 0; i < 2000; ++i) writer.add_event(id, 2, "bulk", big);
   // The writer holds the write lock; the reader neither blocks nor sees uncommitted rows.
+  CHECK(scalar_text(reader.db(), "PRAGMA journal_mode") == "wal");
+  CHECK(reader.count_rows("events") == 1);
   CHECK(reader.last_completed_step(id) == 1);
   CHECK(reader.metric_series(id, "pending").empty());
   CHECK(reader.count_rows("turns") == kGroups * kRollouts * kTurns);
@@ -640,6 +647,7 @@ TEST_CASE("store: a second connection reads committed data while a write is open
   tx.commit();
   CHECK(reader.last_completed_step(id) == 2);
   CHECK(reader.metric_series(id, "pending").size() == 1);
+  CHECK(reader.count_rows("events") == 2001);
 }
 
 TEST_CASE("store: a reader thread sees only whole steps during many write_step calls") {

@@ -97,9 +97,11 @@ void Database::exec(std::string_view sql) {
   char* err = nullptr;
   int rc = sqlite3_exec(db_, owned.c_str(), nullptr, nullptr, &err);
   if (rc != SQLITE_OK) {
-    std::string msg = "store " + path_ + ": " + (err ? err : sqlite3_errstr(rc)) +
-                      " (sqlite code " + std::to_string(rc) + ") in SQL: " +
-                      (owned.size() > 200 ? owned.substr(0, 200) + "..." : owned);
+    std::string msg = "store " + path_ + ": ";
+    msg += err ? err : sqlite3_errstr(rc);
+    msg += " (sqlite code " + std::to_string(rc) + ") in SQL: ";
+    msg.append(owned, 0, 200);
+    if (owned.size() > 200) msg += "...";
     sqlite3_free(err);
     throw StoreError(msg);
   }

@@ -41,7 +41,8 @@ void Statement::fail(const char* what, int rc) const {
   std::string msg = "store " + db_path_ + ": " + what + " failed: ";
   msg += (db_ != nullptr) ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
   msg += " (sqlite code " + std::to_string(rc) + ") in SQL: ";
-  msg += sql_.size() > 200 ? sql_.substr(0, 200) + "..." : sql_;
+  msg.append(sql_, 0, 200);
+  if (sql_.size() > 200) msg += "...";
   throw StoreError(msg);
 }
 

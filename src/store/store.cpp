@@ -297,14 +297,18 @@ void Store::truncate_run_after(const std::string& run_id, std::int64_t step) {
 }
 
 std::vector<RunRow> Store::list_runs() {
-  Statement st = db_.prepare(std::string(kSelectRun) + " ORDER BY started_at DESC, id DESC");
+  std::string sql(kSelectRun);
+  sql += " ORDER BY started_at DESC, id DESC";
+  Statement st = db_.prepare(sql);
   std::vector<RunRow> out;
   while (st.step()) out.push_back(read_run(st));
   return out;
 }
 
 std::optional<RunRow> Store::get_run(const std::string& run_id) {
-  Statement st = db_.prepare(std::string(kSelectRun) + " WHERE id = ?1");
+  std::string sql(kSelectRun);
+  sql += " WHERE id = ?1";
+  Statement st = db_.prepare(sql);
   st.bind_text(1, run_id);
   if (!st.step()) return std::nullopt;
   return read_run(st);
