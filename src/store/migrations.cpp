@@ -1,0 +1,84 @@
+#include "store/migrations.hpp"
+
+#include <string>
+
+#include "store/database.hpp"
+#include "store/transaction.hpp"
+#include "util/error.hpp"
+
+namespace leap::store {
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> steps = {
+      {1, "initial schema: runs, tasks, steps, groups, rollouts, turns, evaluations, "
+          "eval_results, metrics, checkpoints, events",
+       schema_v1_sql()},
+  };
+  return steps;
+}
+
+namespace {
+
+int latest(const std::vector<Migration>& steps) { return steps.empty() ? 0 : steps.back().version; }
+
+void refuse_newer(Database& db, int found, int known) {
+  if (found > known) {
+    throw StoreError("store " + db.path() + ": schema version " + std::to_string(found) +
+                     " is newer than this leap binary understands (up to " +
+                     std::to_string(known) + "); use a newer leap to open it");
+  }
+}
+
+}  // namespace
+
+void check_version(Database& db, const std::vector<Migration>& steps) {
+  refuse_newer(db, db.user_version(), latest(steps));
+}
+
+void check_application_id(Database& db) {
+  Statement app = db.prepare("PRAGMA application_id");
+  app.step();
+  const auto id = app.column_int64(0);
+  if (id == kApplicationId) return;
+  if (id != 0) {
+    throw StoreError("store " + db.path() + ": not a leap database (application_id " +
+                     std::to_string(id) + ")");
+  }
+  Statement tables = db.prepare("SELECT count(*) FROM sqlite_schema WHERE type = 'table'");
+  tables.step();
+  if (tables.column_int64(0) > 0 && db.user_version() == 0) {
+    throw StoreError("store " + db.path() +
+                     ": not a leap database (it has tables but no leap schema version)");
+  }
+}
+
+void migrate(Database& db, const std::vector<Migration>& steps) {
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].version != static_cast<int>(i) + 1) {
+      throw StoreError("store " + db.path() + ": migration list is not consecutive at step " +
+                       std::to_string(i + 1));
+    }
+  }
+  const int known = latest(steps);
+  if (db.user_version() == known) return;  // fast path: nothing to do, no write lock
+  refuse_newer(db, db.user_version(), known);
+  for (const Migration& m : steps) {
+    Transaction tx(db);
+    // Re-read under the write lock: another process may have migrated in the meantime.
+    const int current = db.user_version();
+    refuse_newer(db, current, known);
+    if (current >= m.version) continue;  // the transaction rolls back (nothing written)
+    try {
+      db.exec(m.sql);
+      db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
+      db.exec("PRAGMA user_version=" + std::to_string(m.version));
+      tx.commit();
+    } catch (const StoreError& e) {
+      throw StoreError("store " + db.path() + ": migration to schema version " +
+                       std::to_string(m.version) + " (" + std::string(m.description) +
+                       ") failed: " + e.what());
+    }
+  }
+}
+
+}  // namespace leap::store

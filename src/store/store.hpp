@@ -1,0 +1,91 @@
+#pragma once
+// The leap experiment store: writers used by `leap train` / `leap eval`, readers used by tests
+// and `leap report`. Schema: docs/schema.md.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/database.hpp"
+#include "store/records.hpp"
+
+namespace leap::store {
+
+/// A connection to a leap store file (usually results/leap.db) with typed writers and readers.
+/// Every multi-row write is one transaction: it is all there or not at all, and readers on
+/// other connections (other threads or processes) only ever see whole writes.
+/// A Store is used by one thread at a time; a concurrent reader opens its own Store.
+/// Every failure throws leap::StoreError naming the file.
+class Store {
+ public:
+  /// Opens (creating and migrating if needed) the store at `path`; see Database.
+  explicit Store(const std::filesystem::path& path, const OpenOptions& options = {});
+
+  /// The underlying connection, for ad-hoc queries (reports) and custom transactions.
+  Database& db() { return db_; }
+  /// The file this store opened.
+  const std::string& path() const { return db_.path(); }
+
+  // ---- writers -------------------------------------------------------------------------
+
+  /// Inserts a run with status 'running' and returns its id (info.id, or a generated
+  /// "YYYYMMDD-HHMMSS-xxxx" when empty). Throws if a given id already exists.
+  std::string create_run(const RunInfo& info);
+  /// Sets a run's final status and ended_at (Unix seconds; empty: now). Throws on an unknown run.
+  void finish_run(const std::string& run_id, RunStatus status,
+                  std::optional<double> ended_at = std::nullopt);
+  /// Returns the id of the task row (task_set, name, hash), inserting it if new.
+  std::int64_t ensure_task(const TaskInfo& task);
+  /// Writes a whole step (step row, groups, rollouts, turns, metrics, events) in one
+  /// transaction. On any failure nothing of the step is kept and StoreError is thrown
+  /// (message names the file, run and step). A step number may be written once per run.
+  void write_step(const StepRecord& step);
+  /// Appends one metric point (value NaN is stored as NULL; wall_time Unix seconds, empty: now).
+  void add_metric(const std::string& run_id, std::int64_t step, std::string_view name,
+                  double value, std::optional<double> wall_time = std::nullopt);
+  /// Appends one event (time Unix seconds, empty: now).
+  void add_event(const std::string& run_id, std::optional<std::int64_t> step,
+                 std::string_view kind, std::string_view message,
+                 std::optional<double> time = std::nullopt);
+  /// Records a checkpoint written at `step` under `path`; returns its row id.
+  std::int64_t add_checkpoint(const std::string& run_id, std::int64_t step,
+                              std::string_view path,
+                              std::optional<double> created_at = std::nullopt);
+  /// Creates an evaluation row and returns its id.
+  std::int64_t create_evaluation(const EvaluationInfo& info);
+  /// Appends results to an evaluation in one transaction (all or nothing).
+  void add_eval_results(std::int64_t evaluation_id, const std::vector<EvalResultRecord>& results);
+  /// For resuming from a checkpoint at `step`: deletes, in one transaction, everything the run
+  /// recorded for later steps (steps and their groups/rollouts/turns, metrics, events,
+  /// checkpoints and evaluations with a larger step number).
+  void truncate_run_after(const std::string& run_id, std::int64_t step);
+
+  // ---- readers -------------------------------------------------------------------------
+
+  /// All runs, newest start first.
+  std::vector<RunRow> list_runs();
+  /// One run, or nullopt.
+  std::optional<RunRow> get_run(const std::string& run_id);
+  /// A run's metric `name`, ordered by step then insertion.
+  std::vector<MetricPoint> metric_series(const std::string& run_id, std::string_view name);
+  /// Number of rows in `table` (one of table_names(); anything else throws).
+  std::int64_t count_rows(std::string_view table);
+  /// count_rows for every table, read in one snapshot.
+  std::map<std::string, std::int64_t> row_counts();
+  /// Highest step number written by write_step for the run, or nullopt if none.
+  std::optional<std::int64_t> last_completed_step(const std::string& run_id);
+  /// The checkpoint with the highest step of the run (latest written on ties), or nullopt.
+  std::optional<CheckpointRow> latest_checkpoint(const std::string& run_id);
+
+  /// The tables of the current schema, in creation order.
+  static const std::vector<std::string>& table_names();
+
+ private:
+  void require_run(const std::string& run_id);
+  Database db_;
+};
+
+}  // namespace leap::store
