@@ -317,7 +317,7 @@ TEST_CASE("env: an infinite loop times out and the pool keeps working") {
   auto backend = make_backend(dir);
   const int64_t n = 32;
   auto task = vadd_task(n);
-  WorkerPool pool(backend, pool_opts(1, 0.5));
+  WorkerPool pool(backend, pool_opts(1, 1.5));
   auto hang = prepare(*backend, task,
                       "#include <cstdint>\nextern \"C\" void vadd(float*, float*, float*, int64_t, float, double) {\n"
                       "  for (;;) { asm volatile(\"\"); } }\n",
@@ -326,9 +326,10 @@ TEST_CASE("env: an infinite loop times out and the pool keeps working") {
   auto out = pool.run(hang.compiled.artifact, hang.bound, *hang.buffers);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(out.verdict == Verdict::timeout);
-  CHECK(out.message.find("within 0.5 s") != std::string::npos);
+  CHECK(out.message.find("within 1.5 s") != std::string::npos);
   CHECK(out.message.find("launches[0] (vadd)") != std::string::npos);
-  CHECK(secs < 5);
+  CHECK(secs >= 1.4);
+  CHECK(secs < 8);
 
   auto good = prepare(*backend, task, kVaddCode, kVaddPlan);
   fill_inputs(*good.buffers, n);

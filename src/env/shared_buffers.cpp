@@ -48,6 +48,9 @@ SharedBuffers::SharedBuffers(const std::vector<BoundTensor>& tensors) {
     throw Error(std::string("mmap of shared tensor memory: ") + std::strerror(e));
   }
   base_ = static_cast<std::byte*>(p);
+  // Workers forked later must not inherit this mapping (they map the fds they are sent), so
+  // one candidate cannot write into the buffers of a job running concurrently.
+  madvise(p, layout_.total_bytes, MADV_DONTFORK);
 }
 
 SharedBuffers::~SharedBuffers() { release(); }
