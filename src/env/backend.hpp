@@ -1,0 +1,79 @@
+#pragma once
+// The device-neutral backend interface: compile a solution's code, then execute its bound
+// launches inside a worker process. The cpu backend uses the host compiler; a cuda backend
+// (NVRTC + driver API) plugs in through the same interface.
+#include <atomic>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "env/binding.hpp"
+#include "env/extract.hpp"
+#include "env/launch_plan.hpp"
+#include "env/verdict.hpp"
+
+namespace leap::env {
+
+/// A compiled module, usable by any worker process of the same machine.
+struct Artifact {
+  std::string backend;            ///< backend name ("cpu", "cuda")
+  std::string path;               ///< compiled module on disk (.so for cpu)
+  std::set<std::string> exports;  ///< entry points it defines; empty = unknown
+  std::string key;                ///< compile-cache key (hex)
+  bool from_cache = false;        ///< true if no compiler ran for this request
+};
+
+/// Result of Backend::compile.
+struct CompileOutcome {
+  bool ok = false;
+  Artifact artifact;      ///< valid when ok
+  std::string log;        ///< the compiler's full output
+  std::string feedback;   ///< for the model when !ok: the first errors, bounded
+  bool timed_out = false; ///< the compiler was killed at the time limit
+  double seconds = 0;     ///< wall time spent (0 for a cache hit)
+};
+
+/// How often to run the launch sequence in one worker job.
+struct RunRequest {
+  int warmup = 0;  ///< untimed runs first
+  int trials = 1;  ///< timed runs
+};
+
+/// Result of running a launch sequence in a worker.
+struct RunOutcome {
+  /// `correct` here means only "ran to completion" (outputs are checked by the verifier);
+  /// otherwise launch_error, runtime_error or timeout.
+  Verdict verdict = Verdict::correct;
+  std::string message;          ///< what went wrong, for feedback (empty when it ran)
+  int failed_launch = -1;       ///< index of the launch that failed or was running, or -1
+  std::vector<double> times_ms; ///< one wall time per timed trial, milliseconds
+
+  /// True if the sequence ran to completion.
+  bool ok() const { return verdict == Verdict::correct; }
+};
+
+/// A compile + execute backend.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  /// "cpu" or "cuda".
+  virtual std::string name() const = 0;
+  /// The code-block language this backend accepts.
+  virtual CodeLanguage language() const = 0;
+  /// Launch limits checked by bind_plan.
+  virtual LaunchLimits limits() const = 0;
+  /// Options for parse_launch_plan (cuda requires grid and block, cpu does not).
+  virtual PlanParseOptions plan_options() const = 0;
+  /// Compiles `code` for `plan` (which fixes the argument types of every launch). A failure of
+  /// the candidate's code is reported in the outcome; a broken toolchain throws leap::Error.
+  virtual CompileOutcome compile(const std::string& code, const LaunchPlan& plan) = 0;
+  /// Runs inside a worker process: loads `artifact` and runs `plan.launches` in order,
+  /// `request.warmup + request.trials` times. `tensors[i]` is the host shared memory of
+  /// `plan.tensors[i]`. Stores the index of the running launch in `*current_launch` (if given)
+  /// so the parent can name it after a crash or a timeout.
+  virtual RunOutcome execute(const Artifact& artifact, const BoundPlan& plan,
+                             const std::vector<void*>& tensors, const RunRequest& request,
+                             std::atomic<int>* current_launch) = 0;
+};
+
+}  // namespace leap::env

@@ -1,0 +1,166 @@
+#include "env/binding.hpp"
+
+#include <cmath>
+
+#include "env/errors.hpp"
+
+namespace leap::env {
+
+int64_t BoundTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t BoundTensor::bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+
+int BoundPlan::tensor_index(const std::string& name) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+namespace {
+
+std::string at(const std::string& path, int line) {
+  return line > 0 ? path + " (line " + std::to_string(line) + ")" : path;
+}
+
+int64_t eval_launch(const Expr& e, const ExprEnv& env, const std::string& where) {
+  try {
+    return e.eval(env);
+  } catch (const ExprError& err) {
+    throw LaunchError(where + ": '" + e.text() + "' cannot be evaluated: " + err.reason() +
+                      " (column " + std::to_string(err.column()) + ")");
+  }
+}
+
+std::string sizes_text(const ExprEnv& env) {
+  std::string s;
+  for (const auto& [k, v] : env.symbols) s += (s.empty() ? "" : ", ") + k + "=" + std::to_string(v);
+  return s;
+}
+
+}  // namespace
+
+BoundPlan bind_plan(const LaunchPlan& plan, const TaskInterface& task, const LaunchLimits& limits,
+                    const std::set<std::string>* exports) {
+  BoundPlan out;
+  ExprEnv env;
+  env.symbols = task.sizes;
+  for (const auto& c : task.constants)
+    if (c.type == ScalarType::int64) env.symbols[c.name] = static_cast<int64_t>(std::llround(c.value));
+
+  auto add_task_tensor = [&](const TensorDecl& t, TensorRole role) {
+    BoundTensor b{t.name, t.dtype, {}, role};
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      try {
+        int64_t d = Expr::parse(t.shape[i]).eval(env);
+        if (d < 0) throw Error("negative");
+        b.shape.push_back(d);
+      } catch (const Error& e) {
+        throw Error("task tensor '" + t.name + "' shape[" + std::to_string(i) + "] '" + t.shape[i] +
+                    "' is not a valid size with " + sizes_text(env) + ": " + e.what());
+      }
+    }
+    env.shapes[t.name] = b.shape;
+    out.tensors.push_back(std::move(b));
+  };
+  for (const auto& t : task.inputs) add_task_tensor(t, TensorRole::input);
+  for (const auto& t : task.outputs) add_task_tensor(t, TensorRole::output);
+
+  int64_t scratch_bytes = 0;
+  for (const auto& s : plan.scratch) {
+    BoundTensor b{s.name, s.dtype, {}, TensorRole::scratch};
+    for (size_t i = 0; i < s.shape.size(); ++i) {
+      std::string where = at("scratch." + s.name + ".shape[" + std::to_string(i) + "]", s.line);
+      int64_t d = eval_launch(s.shape[i], env, where);
+      if (d < 0) throw LaunchError(where + ": '" + s.shape[i].text() + "' = " + std::to_string(d) + " is negative");
+      b.shape.push_back(d);
+    }
+    double bytes = static_cast<double>(dtype_size(s.dtype));
+    for (int64_t d : b.shape) bytes *= static_cast<double>(d);
+    scratch_bytes += static_cast<int64_t>(std::min(bytes, 9e18));
+    if (limits.max_scratch_bytes > 0 && scratch_bytes > limits.max_scratch_bytes)
+      throw LaunchError(at("scratch." + s.name, s.line) + ": scratch buffers need " +
+                        std::to_string(scratch_bytes) + " bytes, more than the limit of " +
+                        std::to_string(limits.max_scratch_bytes));
+    env.shapes[s.name] = b.shape;
+    out.tensors.push_back(std::move(b));
+  }
+
+  for (size_t li = 0; li < plan.launches.size(); ++li) {
+    const LaunchSpec& spec = plan.launches[li];
+    const std::string base = "launches[" + std::to_string(li) + "]";
+    // A location: the key path, then the plan line.
+    auto path_at = [&](const std::string& sub) { return at(base + sub, spec.line); };
+    const std::string path = path_at("");
+    BoundLaunch b;
+    b.kernel = spec.kernel;
+    b.signature = spec.signature();
+    if (exports && !exports->count(spec.kernel)) {
+      std::string list, hint;
+      for (const auto& e : *exports) {
+        list += (list.empty() ? "" : ", ") + e;
+        if (e != spec.kernel && e.find(spec.kernel) != std::string::npos && e.rfind("_Z", 0) == 0)
+          hint = " ('" + e + "' looks like a C++-mangled name: declare the function extern \"C\")";
+      }
+      throw LaunchError(path + ": unknown kernel '" + spec.kernel + "': the compiled code exports " +
+                        (list.empty() ? "no functions" : list) + hint);
+    }
+    for (int which = 0; which < 2; ++which) {
+      const auto& dims = which == 0 ? spec.grid : spec.block;
+      auto& outd = which == 0 ? b.grid : b.block;
+      const char* name = which == 0 ? "grid" : "block";
+      const auto& maxd = which == 0 ? limits.max_grid : limits.max_block;
+      for (size_t i = 0; i < dims.size() && i < 3; ++i) {
+        std::string where = path_at(std::string(".") + name + "[" + std::to_string(i) + "]");
+        int64_t v = eval_launch(dims[i], env, where);
+        if (v < 1)
+          throw LaunchError(where + ": '" + dims[i].text() + "' = " + std::to_string(v) +
+                            "; every " + name + " dimension must be at least 1");
+        if (maxd[i] > 0 && v > maxd[i])
+          throw LaunchError(where + ": '" + dims[i].text() + "' = " + std::to_string(v) +
+                            " exceeds the device limit of " + std::to_string(maxd[i]));
+        outd[i] = v;
+      }
+    }
+    int64_t threads = b.block[0] * b.block[1] * b.block[2];
+    if (limits.max_threads_per_block > 0 && threads > limits.max_threads_per_block)
+      throw LaunchError(path_at(".block") + ": " + std::to_string(threads) + " threads per block exceed the limit of " +
+                        std::to_string(limits.max_threads_per_block));
+    b.shared_bytes = eval_launch(spec.shared_bytes, env, path_at(".shared_bytes"));
+    if (b.shared_bytes < 0)
+      throw LaunchError(path_at(".shared_bytes") + ": '" + spec.shared_bytes.text() + "' = " +
+                        std::to_string(b.shared_bytes) + " is negative");
+    if (limits.max_shared_bytes > 0 && b.shared_bytes > limits.max_shared_bytes)
+      throw LaunchError(path_at(".shared_bytes") + ": " + std::to_string(b.shared_bytes) +
+                        " bytes exceed the limit of " + std::to_string(limits.max_shared_bytes));
+    for (size_t ai = 0; ai < spec.args.size(); ++ai) {
+      const PlanArg& a = spec.args[ai];
+      BoundArg ba;
+      ba.kind = a.kind;
+      switch (a.kind) {
+        case ArgKind::tensor:
+          ba.tensor = out.tensor_index(a.name);
+          if (ba.tensor < 0) throw LaunchError(path + ": unknown tensor '" + a.name + "'");
+          break;
+        case ArgKind::float32:
+        case ArgKind::float64: {
+          const ConstantDecl* c = task.find_constant(a.name);
+          if (!c) throw LaunchError(path + ": unknown constant '" + a.name + "'");
+          ba.f = c->value;
+          break;
+        }
+        case ArgKind::int64:
+          ba.i = eval_launch(a.expr, env, path_at(".args[" + std::to_string(ai) + "]"));
+          break;
+      }
+      b.args.push_back(ba);
+    }
+    out.launches.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace leap::env

@@ -1,0 +1,66 @@
+#pragma once
+// The cpu backend: ```cpp solutions compiled by the host compiler into a shared object, whose
+// extern "C" functions are called in order inside a worker process.
+//
+// Calling convention: a launch calls `kernel(args...)` with each argument in its real C type:
+// a tensor as a pointer to its first element, an expression or int64 constant as int64_t, a
+// float32 constant as float, a float64 constant as double. Since the parameter list is only
+// known from the launch plan, compile() adds a generated translation unit with one trampoline
+// per distinct signature, e.g. for "ppi":
+//   extern "C" void __leap_call_ppi(void* fn, const LeapCpuArg* a) {
+//     ((void (*)(void*, void*, int64_t))fn)(a[0].p, a[1].p, a[2].i); }
+// The trampoline is compiled in its own file, so the kernel's own declaration (const float*,
+// int, ...) is not needed there: on x86-64 and AArch64 any pointer type and int64_t share the
+// integer registers, float and double the vector registers. grid and block are ignored.
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "env/backend.hpp"
+
+namespace leap::env {
+
+/// Settings of the cpu backend.
+struct CpuBackendOptions {
+  std::string compiler = "g++";
+  /// Flags before the sources; `-o module.so` follows the sources. `-Wl,--no-undefined` turns
+  /// a call to an undefined function into a compile error instead of a load failure.
+  std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-Wl,--no-undefined"};
+  std::string cache_dir;            ///< compiled modules; empty = $TMPDIR/leap-cpu-cache-<uid>
+  double compile_timeout_s = 60;    ///< compiler wall-clock limit, seconds
+  size_t feedback_chars = 2000;     ///< bound on compile feedback, characters
+  int feedback_errors = 5;          ///< compiler errors kept in the feedback
+};
+
+/// Generated source of the trampolines for `signatures` (see the file comment).
+std::string cpu_trampoline_source(const std::vector<std::string>& signatures);
+
+/// Host-compiler backend with an on-disk compile cache keyed by the hash of the source, the
+/// trampolines, the compiler, its flags and its `--version` text.
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = {});
+
+  std::string name() const override { return "cpu"; }
+  CodeLanguage language() const override { return CodeLanguage::cpp; }
+  LaunchLimits limits() const override;
+  PlanParseOptions plan_options() const override;
+  CompileOutcome compile(const std::string& code, const LaunchPlan& plan) override;
+  RunOutcome execute(const Artifact& artifact, const BoundPlan& plan, const std::vector<void*>& tensors,
+                     const RunRequest& request, std::atomic<int>* current_launch) override;
+
+  /// How many times the compiler actually ran (cache misses), for tests and metrics.
+  int compiler_runs() const { return compiler_runs_.load(); }
+  /// The cache directory in use.
+  const std::string& cache_dir() const { return options_.cache_dir; }
+
+ private:
+  const std::string& compiler_version();
+  CpuBackendOptions options_;
+  std::atomic<int> compiler_runs_{0};
+  std::mutex version_mutex_;
+  std::string compiler_version_;
+};
+
+}  // namespace leap::env

@@ -1,0 +1,34 @@
+#pragma once
+// Finding the code block and the launch-plan block in a model's free-text answer.
+#include <string>
+#include <string_view>
+
+namespace leap::env {
+
+/// Language of a solution's code block; it decides the backend (cuda -> NVRTC, cpp -> host compiler).
+enum class CodeLanguage { cuda, cpp };
+
+/// `cuda` or `cpp`.
+std::string_view to_string(CodeLanguage lang);
+
+/// The two blocks of an answer, with where they start in the answer text.
+struct ExtractedAnswer {
+  CodeLanguage language = CodeLanguage::cpp;
+  std::string code;       ///< body of the last ```cuda / ```cpp block (no fences)
+  int code_line = 0;      ///< 1-based answer line of the code body's first line
+  std::string plan_yaml;  ///< body of the last ```yaml block
+  int plan_line = 0;      ///< 1-based answer line of the launch plan's first line
+};
+
+/// Extracts the answer blocks from `response`.
+///
+/// Reasoning is skipped: if the text contains `</think>`, only what follows the last one counts;
+/// an opened `<think>` that never closes leaves no answer. Fences are lines starting with three
+/// or more backticks; the info string's first word is the tag (`cuda`/`cu`, `cpp`/`c++`/`cxx`,
+/// `yaml`/`yml`, case-insensitive); a block closes at a line of at least as many backticks.
+/// The last code block (cuda or cpp) and the last yaml block win. Throws FormatError for: no
+/// code block, no yaml block, an unclosed code/yaml fence, an empty block, or a last code block
+/// whose language is not `expected`.
+ExtractedAnswer extract_answer(std::string_view response, CodeLanguage expected);
+
+}  // namespace leap::env

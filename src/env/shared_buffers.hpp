@@ -1,0 +1,59 @@
+#pragma once
+// Host memory for a solution's tensors, shared between the parent and a worker process.
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "env/binding.hpp"
+
+namespace leap::env {
+
+/// Placement of tensors in one shared mapping. Every tensor ends (up to 64-byte alignment of
+/// its start) at a page boundary followed by a guard page, so a write past its end faults in
+/// the worker, which maps guard pages PROT_NONE.
+struct BufferLayout {
+  size_t total_bytes = 0;                            ///< size of the mapping
+  std::vector<size_t> offsets;                       ///< tensor start, bytes from mapping start
+  std::vector<size_t> bytes;                         ///< tensor size in bytes
+  std::vector<std::pair<size_t, size_t>> guards;     ///< (offset, length) of guard pages
+
+  /// Lays out tensors of the given sizes (bytes).
+  static BufferLayout make(const std::vector<size_t>& tensor_bytes);
+};
+
+/// A memfd-backed mapping holding every tensor of a BoundPlan; its fd is passed to workers.
+/// Contents start zeroed. Move-only.
+class SharedBuffers {
+ public:
+  /// Creates the mapping for `tensors` (BoundPlan::tensors). Throws leap::Error on failure.
+  explicit SharedBuffers(const std::vector<BoundTensor>& tensors);
+  ~SharedBuffers();
+  SharedBuffers(SharedBuffers&&) noexcept;
+  SharedBuffers& operator=(SharedBuffers&&) noexcept;
+  SharedBuffers(const SharedBuffers&) = delete;
+  SharedBuffers& operator=(const SharedBuffers&) = delete;
+
+  /// Number of tensors.
+  size_t size() const { return layout_.offsets.size(); }
+  /// Start of tensor i (parent's mapping).
+  void* data(size_t i) const;
+  /// Typed start of tensor i.
+  template <class T>
+  T* as(size_t i) const { return static_cast<T*>(data(i)); }
+  /// Size of tensor i in bytes.
+  size_t bytes(size_t i) const { return layout_.bytes.at(i); }
+  /// Zero-fills tensor i.
+  void zero(size_t i);
+  /// The memfd (owned; do not close).
+  int fd() const { return fd_; }
+  /// The layout a worker needs to map the same memory.
+  const BufferLayout& layout() const { return layout_; }
+
+ private:
+  void release();
+  BufferLayout layout_;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+};
+
+}  // namespace leap::env

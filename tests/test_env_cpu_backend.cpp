@@ -1,0 +1,376 @@
+// Tests of the cpu backend (real g++), the worker pool (real processes) and the subprocess helper.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <csignal>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include "env/binding.hpp"
+#include "env/cpu_backend.hpp"
+#include "env/errors.hpp"
+#include "env/extract.hpp"
+#include "env/launch_plan.hpp"
+#include "env/shared_buffers.hpp"
+#include "env/worker_pool.hpp"
+#include "util/subprocess.hpp"
+
+using namespace leap::env;
+namespace fs = std::filesystem;
+
+TEST_SUITE_BEGIN("env");
+
+namespace {
+
+leap::util::ProcessOptions opts(double timeout_s) {
+  leap::util::ProcessOptions o;
+  o.timeout_s = timeout_s;
+  return o;
+}
+
+PoolOptions pool_opts(int workers, double timeout_s, int max_jobs = 1) {
+  PoolOptions o;
+  o.workers = workers;
+  o.run_timeout_s = timeout_s;
+  o.max_jobs_per_worker = max_jobs;
+  return o;
+}
+
+// A fresh cache directory per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "leap-env-test-XXXXXX").string();
+    REQUIRE(mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~TempDir() {  // not fs::remove_all: libtorch.so's exported copy of it crashes
+    std::string cmd = "rm -rf '" + path.string() + "'";
+    CHECK(std::system(cmd.c_str()) == 0);
+  }
+};
+
+TaskInterface vadd_task(int64_t n) {
+  TaskInterface t;
+  t.inputs = {{"a", DType::float32, {"N"}}, {"b", DType::float32, {"N"}}};
+  t.outputs = {{"c", DType::float32, {"N"}}};
+  t.sizes = {{"N", n}};
+  t.constants = {{"scale", 2.0, ScalarType::float32}, {"shift", 0.25, ScalarType::float64}};
+  return t;
+}
+
+const char* kVaddPlan = "launches:\n  - kernel: vadd\n    args: [a, b, c, N, scale, shift]\n";
+
+const char* kVaddCode = R"(#include <cstdint>
+extern "C" void vadd(const float* a, const float* b, float* c, int64_t n, float scale, double shift) {
+  for (int64_t i = 0; i < n; ++i) c[i] = scale * (a[i] + b[i]) + static_cast<float>(shift);
+}
+)";
+
+std::shared_ptr<CpuBackend> make_backend(const TempDir& dir) {
+  CpuBackendOptions o;
+  o.cache_dir = dir.path.string();
+  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};  // -O1: the 2-core test machine
+  return std::make_shared<CpuBackend>(o);
+}
+
+// Everything one solution needs: parsed plan, compiled artifact, bound plan, shared buffers.
+struct Prepared {
+  LaunchPlan plan;
+  CompileOutcome compiled;
+  BoundPlan bound;
+  std::unique_ptr<SharedBuffers> buffers;
+};
+
+Prepared prepare(CpuBackend& backend, const TaskInterface& task, const std::string& code, const std::string& plan_yaml) {
+  Prepared p;
+  p.plan = parse_launch_plan(plan_yaml, task, backend.plan_options());
+  p.compiled = backend.compile(code, p.plan);
+  REQUIRE_MESSAGE(p.compiled.ok, p.compiled.log);
+  p.bound = bind_plan(p.plan, task, backend.limits());
+  p.buffers = std::make_unique<SharedBuffers>(p.bound.tensors);
+  return p;
+}
+
+void fill_inputs(SharedBuffers& buf, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    buf.as<float>(0)[i] = static_cast<float>(i);
+    buf.as<float>(1)[i] = static_cast<float>(-0.5 * static_cast<double>(i) + 1);
+    buf.as<float>(2)[i] = std::nanf("");
+  }
+}
+
+void check_vadd_outputs(const SharedBuffers& buf, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float want = 2.0f * (static_cast<float>(i) + static_cast<float>(-0.5 * static_cast<double>(i) + 1)) + 0.25f;
+    if (buf.as<float>(2)[i] != want) {
+      FAIL("c[" << i << "] = " << buf.as<float>(2)[i] << ", expected " << want);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("env: subprocess captures output, exit status and timeouts") {
+  auto r = leap::util::run_process({"sh", "-c", "echo out; echo err >&2; exit 3"});
+  CHECK(r.exit_code == 3);
+  CHECK(r.output.find("out") != std::string::npos);
+  CHECK(r.output.find("err") != std::string::npos);
+  CHECK_FALSE(r.ok());
+  auto start = std::chrono::steady_clock::now();
+  r = leap::util::run_process({"sh", "-c", "sleep 30 & sleep 30"}, opts(0.5));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(r.timed_out);
+  CHECK(r.term_signal == SIGKILL);
+  CHECK(secs < 5);
+  r = leap::util::run_process({"leap-no-such-program-xyz"});
+  CHECK(r.exec_failed);
+  leap::util::ProcessOptions in_root;
+  in_root.cwd = "/";
+  r = leap::util::run_process({"pwd"}, in_root);
+  CHECK(r.output == "/\n");
+}
+
+TEST_CASE("env: shared buffer layout puts guard pages after every tensor") {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto l = BufferLayout::make({4000, 0, page + 8});
+  REQUIRE(l.offsets.size() == 3);
+  REQUIRE(l.guards.size() == 4);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(l.offsets[i] % 64 == 0);
+    size_t end = l.offsets[i] + l.bytes[i];
+    CHECK(end <= l.guards[i + 1].first);
+    CHECK(l.guards[i + 1].first - end < 64);  // a write just past the end hits the guard page
+    CHECK(l.offsets[i] >= l.guards[i].first + l.guards[i].second);
+  }
+  CHECK(l.total_bytes == l.guards.back().first + page);
+}
+
+TEST_CASE("env: cpu backend compiles, caches, and reports compile errors with line numbers") {
+  TempDir dir;
+  auto backend = make_backend(dir);
+  auto task = vadd_task(16);
+  auto plan = parse_launch_plan(kVaddPlan, task, backend->plan_options());
+
+  auto first = backend->compile(kVaddCode, plan);
+  REQUIRE_MESSAGE(first.ok, first.log);
+  CHECK_FALSE(first.artifact.from_cache);
+  CHECK(backend->compiler_runs() == 1);
+  CHECK(fs::exists(first.artifact.path));
+  CHECK(first.artifact.exports.count("vadd") == 1);
+  CHECK(first.artifact.exports.count("__leap_call_pppiifd") == 0);  // trampolines are hidden from the list
+  auto mtime = fs::last_write_time(first.artifact.path);
+
+  auto again = backend->compile(kVaddCode, plan);
+  REQUIRE(again.ok);
+  CHECK(again.artifact.from_cache);
+  CHECK(again.artifact.path == first.artifact.path);
+  CHECK(again.artifact.exports == first.artifact.exports);
+  CHECK(backend->compiler_runs() == 1);  // no second compiler run
+  CHECK(fs::last_write_time(again.artifact.path) == mtime);
+
+  // A second backend on the same cache directory also hits.
+  auto other = make_backend(dir);
+  CHECK(other->compile(kVaddCode, plan).artifact.from_cache);
+  CHECK(other->compiler_runs() == 0);
+
+  // A different source misses.
+  std::string changed = std::string(kVaddCode) + "// v2\n";
+  CHECK_FALSE(backend->compile(changed, plan).artifact.from_cache);
+  CHECK(backend->compiler_runs() == 2);
+
+  // A compile error: the feedback names solution.cpp and the line of the error.
+  const std::string bad =
+      "#include <cstdint>\n"
+      "extern \"C\" void vadd(const float* a, const float* b, float* c, int64_t n, float s, double t) {\n"
+      "  for (int64_t i = 0; i < n; ++i) c[i] = a[i] + undefined_thing;\n"
+      "}\n";
+  auto err = backend->compile(bad, plan);
+  CHECK_FALSE(err.ok);
+  CHECK(err.feedback.find("solution.cpp:3:") != std::string::npos);
+  CHECK(err.feedback.find("undefined_thing") != std::string::npos);
+  CHECK(err.feedback.size() <= 2000);
+  int runs = backend->compiler_runs();
+  auto err2 = backend->compile(bad, plan);  // failures are cached too
+  CHECK_FALSE(err2.ok);
+  CHECK(err2.feedback == err.feedback);
+  CHECK(backend->compiler_runs() == runs);
+
+  // A call to an undefined function fails at link time, not at load time.
+  auto undefined = backend->compile(
+      "extern \"C\" void helper();\nextern \"C\" void vadd() { helper(); }\n", plan);
+  CHECK_FALSE(undefined.ok);
+  CHECK(undefined.feedback.find("helper") != std::string::npos);
+}
+
+TEST_CASE("env: cpu compile timeout is a compile_error that says so") {
+  TempDir dir;
+  CpuBackendOptions o;
+  o.cache_dir = dir.path.string();
+  o.compiler = "bash";  // a "compiler" that hangs: bash -c 'sleep 30' <sources...>
+  o.flags = {"-c", "sleep 30"};
+  o.compile_timeout_s = 0.5;
+  CpuBackend backend(o);
+  auto task = vadd_task(4);
+  auto plan = parse_launch_plan(kVaddPlan, task, backend.plan_options());
+  auto start = std::chrono::steady_clock::now();
+  auto r = backend.compile(kVaddCode, plan);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 10);
+  CHECK_FALSE(r.ok);
+  CHECK(r.timed_out);
+  CHECK(r.feedback.find("timed out") != std::string::npos);
+}
+
+TEST_CASE("env: worker runs a vector-add kernel and the parent sees the outputs") {
+  TempDir dir;
+  auto backend = make_backend(dir);
+  const int64_t n = 5000;  // not a multiple of the page size
+  auto task = vadd_task(n);
+  auto p = prepare(*backend, task, kVaddCode, kVaddPlan);
+  fill_inputs(*p.buffers, n);
+  WorkerPool pool(backend, pool_opts(2, 10));
+  RunRequest req;
+  req.warmup = 1;
+  req.trials = 3;
+  auto out = pool.run(p.compiled.artifact, p.bound, *p.buffers, req);
+  REQUIRE_MESSAGE(out.ok(), out.message);
+  CHECK(out.times_ms.size() == 3);
+  CHECK(out.times_ms[0] >= 0);
+  check_vadd_outputs(*p.buffers, n);
+  CHECK(p.buffers->as<float>(0)[7] == 7.0f);  // inputs untouched
+
+  // Through the answer-text path too, with scratch and two launches.
+  const std::string answer =
+      "Here it is.\n```cpp\n#include <cstdint>\n"
+      "extern \"C\" void sum2(const float* a, const float* b, float* t, int64_t n) {"
+      " for (int64_t i = 0; i < n; ++i) t[i] = a[i] + b[i]; }\n"
+      "extern \"C\" void scale(const float* t, float* c, int64_t n, float s) {"
+      " for (int64_t i = 0; i < n; ++i) c[i] = s * t[i] + 0.25f; }\n```\n"
+      "```yaml\nscratch:\n  t: {dtype: float32, shape: [N]}\nlaunches:\n"
+      "  - {kernel: sum2, args: [a, b, t, N]}\n  - {kernel: scale, args: [t, c, numel(c), scale]}\n```\n";
+  auto ex = extract_answer(answer, backend->language());
+  auto p2 = prepare(*backend, task, ex.code, ex.plan_yaml);
+  REQUIRE(p2.bound.tensors.size() == 4);
+  fill_inputs(*p2.buffers, n);
+  auto out2 = pool.run(p2.compiled.artifact, p2.bound, *p2.buffers);
+  REQUIRE_MESSAGE(out2.ok(), out2.message);
+  check_vadd_outputs(*p2.buffers, n);
+}
+
+TEST_CASE("env: a crashing kernel is a runtime_error and the pool keeps working") {
+  TempDir dir;
+  auto backend = make_backend(dir);
+  const int64_t n = 64;
+  auto task = vadd_task(n);
+  WorkerPool pool(backend, pool_opts(1, 10, 0));
+  auto before = pool.pids();
+  REQUIRE(before.size() == 1);
+
+  auto crash = prepare(*backend, task,
+                       "#include <cstdint>\nextern \"C\" void vadd(float* a, float* b, float* c, int64_t n, float s, double t) {\n"
+                       "  *(volatile int*)(uintptr_t)n = 1; }\n",
+                       kVaddPlan);
+  auto out = pool.run(crash.compiled.artifact, crash.bound, *crash.buffers);
+  CHECK(out.verdict == Verdict::runtime_error);
+  CHECK(out.message.find("SIGSEGV") != std::string::npos);
+  CHECK(out.message.find("launches[0] (vadd)") != std::string::npos);
+  CHECK(out.failed_launch == 0);
+  auto after = pool.pids();
+  REQUIRE(after.size() == 1);
+  CHECK(after[0] != before[0]);  // replaced
+
+  // Writing past the end of an output hits the guard page.
+  auto overrun = prepare(*backend, task,
+                         "#include <cstdint>\nextern \"C\" void vadd(float* a, float* b, float* c, int64_t n, float s, double t) {\n"
+                         "  for (int64_t i = 0; i < n + 4096; ++i) c[i] = 0; }\n",
+                         kVaddPlan);
+  auto out_over = pool.run(overrun.compiled.artifact, overrun.bound, *overrun.buffers);
+  CHECK(out_over.verdict == Verdict::runtime_error);
+  CHECK(out_over.message.find("SIGSEGV") != std::string::npos);
+
+  // abort() is reported with its signal too.
+  auto aborts = prepare(*backend, task,
+                        "#include <cstdlib>\n#include <cstdint>\nextern \"C\" void vadd(float*, float*, float*, int64_t, float, double) { std::abort(); }\n",
+                        kVaddPlan);
+  auto out_abort = pool.run(aborts.compiled.artifact, aborts.bound, *aborts.buffers);
+  CHECK(out_abort.verdict == Verdict::runtime_error);
+  CHECK(out_abort.message.find("SIGABRT") != std::string::npos);
+
+  auto good = prepare(*backend, task, kVaddCode, kVaddPlan);
+  fill_inputs(*good.buffers, n);
+  auto ok = pool.run(good.compiled.artifact, good.bound, *good.buffers);
+  REQUIRE_MESSAGE(ok.ok(), ok.message);
+  check_vadd_outputs(*good.buffers, n);
+  // The same worker serves the next job when max_jobs_per_worker is 0 (unlimited).
+  auto pid_good = pool.pids();
+  auto ok2 = pool.run(good.compiled.artifact, good.bound, *good.buffers);
+  CHECK(ok2.ok());
+  CHECK(pool.pids() == pid_good);
+}
+
+TEST_CASE("env: an infinite loop times out and the pool keeps working") {
+  TempDir dir;
+  auto backend = make_backend(dir);
+  const int64_t n = 32;
+  auto task = vadd_task(n);
+  WorkerPool pool(backend, pool_opts(1, 1.5));
+  auto hang = prepare(*backend, task,
+                      "#include <cstdint>\nextern \"C\" void vadd(float*, float*, float*, int64_t, float, double) {\n"
+                      "  for (;;) { asm volatile(\"\"); } }\n",
+                      kVaddPlan);
+  auto start = std::chrono::steady_clock::now();
+  auto out = pool.run(hang.compiled.artifact, hang.bound, *hang.buffers);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(out.verdict == Verdict::timeout);
+  CHECK(out.message.find("within 1.5 s") != std::string::npos);
+  CHECK(out.message.find("launches[0] (vadd)") != std::string::npos);
+  CHECK(secs >= 1.4);
+  CHECK(secs < 8);
+
+  auto good = prepare(*backend, task, kVaddCode, kVaddPlan);
+  fill_inputs(*good.buffers, n);
+  auto ok = pool.run(good.compiled.artifact, good.bound, *good.buffers);
+  REQUIRE_MESSAGE(ok.ok(), ok.message);
+  check_vadd_outputs(*good.buffers, n);
+}
+
+TEST_CASE("env: a launch naming an unknown kernel is a launch_error") {
+  TempDir dir;
+  auto backend = make_backend(dir);
+  auto task = vadd_task(8);
+  const std::string plan_yaml = "launches:\n  - kernel: vadd_typo\n    args: [a, b, c, N, scale, shift]\n";
+  auto plan = parse_launch_plan(plan_yaml, task, backend->plan_options());
+  auto compiled = backend->compile(kVaddCode, plan);
+  REQUIRE(compiled.ok);
+  // Checked at bind time against the exported symbols ...
+  try {
+    bind_plan(plan, task, backend->limits(), &compiled.artifact.exports);
+    FAIL("expected a LaunchError");
+  } catch (const LaunchError& e) {
+    CHECK(std::string(e.what()).find("unknown kernel 'vadd_typo': the compiled code exports vadd") != std::string::npos);
+  }
+  // ... and in the worker when exports are not known.
+  auto bound = bind_plan(plan, task, backend->limits());
+  SharedBuffers buffers(bound.tensors);
+  WorkerPool pool(backend, pool_opts(1, 10));
+  auto out = pool.run(compiled.artifact, bound, buffers);
+  CHECK(out.verdict == Verdict::launch_error);
+  CHECK(out.message.find("unknown kernel 'vadd_typo'") != std::string::npos);
+  CHECK(out.failed_launch == 0);
+
+  // A C++ (mangled) function gets a hint about extern "C".
+  auto mangled = backend->compile("#include <cstdint>\nvoid vadd_typo(float*, float*, float*, int64_t, float, double) {}\n", plan);
+  REQUIRE(mangled.ok);
+  try {
+    bind_plan(plan, task, backend->limits(), &mangled.artifact.exports);
+    FAIL("expected a LaunchError");
+  } catch (const LaunchError& e) {
+    CHECK(std::string(e.what()).find("extern \"C\"") != std::string::npos);
+  }
+}
+
+TEST_SUITE_END();

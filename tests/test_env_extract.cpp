@@ -1,0 +1,108 @@
+// Tests of answer-block extraction (src/env/extract.hpp) and verdict names (src/env/verdict.hpp).
+#include <doctest/doctest.h>
+
+#include "env/errors.hpp"
+#include "env/extract.hpp"
+#include "env/verdict.hpp"
+
+using namespace leap::env;
+
+TEST_SUITE_BEGIN("env");
+
+namespace {
+std::string format_error_of(const std::string& text, CodeLanguage lang) {
+  try {
+    extract_answer(text, lang);
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("env: extract finds code and plan, last block wins") {
+  std::string text =
+      "First try:\n"
+      "```cpp\n"
+      "extern \"C\" void old() {}\n"
+      "```\n"
+      "```yaml\n"
+      "launches: [{kernel: old, args: []}]\n"
+      "```\n"
+      "Better:\n"
+      "```cpp\n"
+      "extern \"C\" void add() {}\n"
+      "```\n"
+      "and the plan\n"
+      "```yaml\n"
+      "launches:\n"
+      "  - {kernel: add, args: []}\n"
+      "```\n";
+  auto a = extract_answer(text, CodeLanguage::cpp);
+  CHECK(a.language == CodeLanguage::cpp);
+  CHECK(a.code == "extern \"C\" void add() {}\n");
+  CHECK(a.code_line == 10);
+  CHECK(a.plan_yaml == "launches:\n  - {kernel: add, args: []}\n");
+  CHECK(a.plan_line == 14);
+}
+
+TEST_CASE("env: extract accepts cuda tags and skips reasoning") {
+  std::string text =
+      "<think>\nmaybe\n```cuda\ndraft\n```\n</think>\n"
+      "```CUDA\n"
+      "extern \"C\" __global__ void k(float* x) {}\n"
+      "```\n"
+      "```yml\n"
+      "launches: [{kernel: k, grid: [1], block: [1], args: [x]}]\n"
+      "```";
+  auto a = extract_answer(text, CodeLanguage::cuda);
+  CHECK(a.language == CodeLanguage::cuda);
+  CHECK(a.code.find("__global__ void k") != std::string::npos);
+  CHECK(a.code_line == 8);
+  CHECK(a.plan_yaml.find("kernel: k") != std::string::npos);
+}
+
+TEST_CASE("env: extract format errors") {
+  const std::string plan = "```yaml\nlaunches: []\n```\n";
+  const std::string code = "```cpp\nint f();\n```\n";
+  CHECK(format_error_of(plan, CodeLanguage::cpp).find("no ```cpp code block") != std::string::npos);
+  CHECK(format_error_of(code, CodeLanguage::cpp).find("no ```yaml launch plan") != std::string::npos);
+  // Wrong language for the backend.
+  std::string e = format_error_of(code + plan, CodeLanguage::cuda);
+  CHECK(e.find("line 1") != std::string::npos);
+  CHECK(e.find("runs cuda solutions") != std::string::npos);
+  // The last code block decides, even if an earlier one had the right language.
+  e = format_error_of("```cuda\nx\n```\n" + code + plan, CodeLanguage::cuda);
+  CHECK(e.find("is ```cpp") != std::string::npos);
+  // Unclosed fences.
+  e = format_error_of(plan + "```cpp\nint f();\n", CodeLanguage::cpp);
+  CHECK(e.find("```cpp block opened at line 4 is never closed") != std::string::npos);
+  e = format_error_of(code + "```yaml\nlaunches: []\n", CodeLanguage::cpp);
+  CHECK(e.find("```yaml block opened at line 4 is never closed") != std::string::npos);
+  // Empty blocks.
+  CHECK(format_error_of("```cpp\n\n```\n" + plan, CodeLanguage::cpp).find("is empty") != std::string::npos);
+  CHECK(format_error_of(code + "```yaml\n  \n```\n", CodeLanguage::cpp).find("is empty") != std::string::npos);
+  // Reasoning that never ends.
+  CHECK(format_error_of("<think>\n" + code + plan, CodeLanguage::cpp).find("never closed with </think>") !=
+        std::string::npos);
+  // An unclosed fence of another language (prose) is ignored only when it is not code.
+  auto a = extract_answer(code + plan + "```text\nloose", CodeLanguage::cpp);
+  CHECK(a.code == "int f();\n");
+}
+
+TEST_CASE("env: verdict names round-trip and feedback is bounded") {
+  for (int i = 0; i <= static_cast<int>(Verdict::correct); ++i) {
+    auto v = static_cast<Verdict>(i);
+    CHECK(verdict_from_string(to_string(v)) == v);
+  }
+  CHECK(to_string(Verdict::inputs_modified) == "inputs_modified");
+  CHECK_THROWS_AS(verdict_from_string("great"), leap::Error);
+  std::string big(10000, 'x');
+  auto r = EvalResult::make(Verdict::compile_error, big, 500);
+  CHECK(r.feedback.size() <= 500);
+  CHECK(r.feedback.find("more characters cut") != std::string::npos);
+  CHECK(EvalResult::make(Verdict::timeout, "short", 500).feedback == "short");
+  CHECK(std::isnan(r.speedup));
+}
+
+TEST_SUITE_END();
