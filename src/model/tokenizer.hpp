@@ -65,6 +65,7 @@ class Tokenizer {
   const std::vector<TokenId>& suffix_ids() const noexcept { return s_->suffix; }
 
  private:
+  Tokenizer() = default;  // only through from_file / from_json
   struct State {
     std::unique_ptr<BpeModel> bpe;
     Normalizer normalizer;
