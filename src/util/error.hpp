@@ -44,4 +44,12 @@ class StoreError : public Error {
   explicit StoreError(const std::string& what) : Error(what, 1) {}
 };
 
+/// A model checkpoint that cannot be loaded: a bad or truncated safetensors file, a bad
+/// config.json / tokenizer.json, a missing file. The message names the file (and the tensor or
+/// key where there is one). Exit code 1.
+class ModelError : public Error {
+ public:
+  explicit ModelError(const std::string& what) : Error(what, 1) {}
+};
+
 }  // namespace leap

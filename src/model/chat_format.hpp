@@ -1,0 +1,49 @@
+#pragma once
+// Chat prompt formats (ChatML for Qwen, Llama-3 headers) rendered to text with special tokens.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/tokenizer.hpp"
+
+namespace leap::model {
+
+/// A prompt layout. Auto is only an input to resolve_chat_format.
+enum class ChatFormat { Auto, ChatML, Llama3 };
+
+/// One chat turn. `role` is "system", "user", "assistant" (or any role the model knows).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+/// Parses "auto", "chatml" or "llama3" (case-sensitive). Throws leap::ModelError listing them
+/// otherwise.
+ChatFormat parse_chat_format(std::string_view name);
+/// "auto", "chatml" or "llama3".
+std::string_view chat_format_name(ChatFormat f) noexcept;
+
+/// Picks the format for a checkpoint: `requested` unless Auto; else Llama3 when the tokenizer
+/// has <|start_header_id|>, <|end_header_id|> and <|eot_id|> (preferred for model_type
+/// "llama"), ChatML when it has <|im_start|> and <|im_end|>. Throws leap::ModelError naming
+/// `model_type` when the requested format's tokens are missing or nothing matches.
+ChatFormat resolve_chat_format(ChatFormat requested, std::string_view model_type, const Tokenizer& tok);
+
+/// Renders `messages` (plain text with the special tokens' literal text, to be encoded with
+/// split_special_tokens on).
+/// ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per message; the generation prompt is
+/// "<|im_start|>assistant\n". No default system message is added.
+/// Llama3: "<|begin_of_text|>" then "<|start_header_id|>{role}<|end_header_id|>\n\n{trimmed
+/// content}<|eot_id|>" per message; the generation prompt is
+/// "<|start_header_id|>assistant<|end_header_id|>\n\n". Content is whitespace-trimmed as the
+/// Llama-3 template does; no date/tools system preamble is added.
+/// Throws leap::ModelError for Auto.
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt);
+
+/// Token ids that end an assistant turn: ChatML <|im_end|> (and <|endoftext|> if present);
+/// Llama3 <|eot_id|> (and <|end_of_text|> if present). Throws leap::ModelError if the main
+/// one is missing from the tokenizer, or for Auto.
+std::vector<TokenId> chat_stop_ids(ChatFormat format, const Tokenizer& tok);
+
+}  // namespace leap::model
