@@ -172,6 +172,29 @@ TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
   }
 }
 
+TEST_CASE("env: a kernel that caches its first result fails after the timing loop (rotated inputs)") {
+  auto task = starter_task("softmax_rows");
+  // Computes once per process, then returns: passes every correctness seed (a fresh worker per
+  // seed) but leaves the other rotated timing sets unwritten.
+  auto r = eval(*task, answer(softmax_code("  static bool done = false;\n  if (done) return;\n  done = true;\n"), kSoftmaxPlan));
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::wrong_output);
+  CHECK(contains(r.feedback, "after the timing loop"));
+}
+
+TEST_CASE("env: a speedup above the suspicious threshold is re-measured and flagged") {
+  auto task = starter_task("softmax_rows");
+  auto opts = shared().env->verifier->options();
+  opts.suspicious_speedup = 1e-6;  // every speedup is "suspicious"
+  Verifier v(shared().env->backend, shared().env->pool, opts);
+  auto r = v.evaluate(*task, slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md"));
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::correct);
+  CHECK(r.suspicious);
+  CHECK(r.details.count("suspicious") == 1);
+  CHECK(contains(r.feedback, "suspicious"));
+}
+
 TEST_CASE("env: an all-zeros softmax over 100,000 columns fails (scale-aware tolerance)") {
   leap::test::TempDir dir;
   dir.write("wide/task.yaml", R"(name: softmax_wide
