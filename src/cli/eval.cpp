@@ -2,11 +2,166 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
 #include "cli/commands.hpp"
+#include "cli/environment.hpp"
 #include "config/load.hpp"
+#include "store/store.hpp"
+#include "tasks/task_spec.hpp"
 #include "util/error.hpp"
 
 namespace leap::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw UsageError("leap eval: cannot read " + p.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<fs::path> md_files(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_regular_file() && e.path().extension() == ".md" && n.rfind(prefix, 0) == 0) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string num_or_dash(double v, const char* fmt) {
+  if (std::isnan(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, fmt, v);
+  return b;
+}
+
+/// `leap eval --solutions`: grades saved answer files and records them as an evaluation.
+int eval_solutions(const std::string& tasks_dir, const std::string& solutions_dir, const std::string& backend,
+                   const std::string& format, const config::Experiment& exp, const std::string& db) {
+  tasks::TaskSet set = tasks::load_task_set(tasks_dir);
+  if (!fs::is_directory(solutions_dir)) throw UsageError("leap eval: --solutions " + solutions_dir + " is not a folder");
+  // Layout: <solutions>/<task>/<any>.md, or (a task-set folder) <task>/solutions/<backend>_*.md.
+  std::vector<std::pair<const tasks::TaskSpec*, fs::path>> files;
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(solutions_dir))
+    if (e.is_directory()) dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& d : dirs) {
+    const std::string name = d.filename().string();
+    const tasks::TaskSpec* t = set.find(name);
+    bool task_folder = fs::exists(d / "task.yaml");
+    std::vector<fs::path> found = task_folder ? md_files(d / "solutions", backend + "_") : md_files(d, "");
+    if (found.empty()) continue;
+    if (!t) throw UsageError("leap eval: " + d.string() + " holds answers but the task set " + tasks_dir + " has no task '" + name + "'");
+    for (auto& f : found) files.emplace_back(t, f);
+  }
+  if (files.empty())
+    throw UsageError("leap eval: no answer files under " + solutions_dir +
+                     " (expected <dir>/<task>/<name>.md, or <task>/solutions/" + backend + "_*.md in a task-set folder)");
+
+  auto envp = make_environment(exp.env, backend);
+  std::map<std::string, std::unique_ptr<env::RuntimeTask>> runtime;
+  std::vector<GradeJob> jobs;
+  for (const auto& [t, f] : files) {
+    auto& rt = runtime[t->name];
+    if (!rt) rt = std::make_unique<env::RuntimeTask>(*t, backend);
+    jobs.push_back({rt.get(), f.string(), slurp(f)});
+  }
+  std::vector<env::EvalResult> results = grade_all(*envp->verifier, jobs, static_cast<int>(exp.env.workers));
+
+  // Store.
+  store::Store st(db);
+  nlohmann::json settings = {{"backend", backend},
+                             {"solutions", solutions_dir},
+                             {"tasks", tasks_dir},
+                             {"seeds", exp.env.seeds},
+                             {"timing", {{"warmup", exp.env.timing.warmup}, {"trials", exp.env.timing.trials},
+                                         {"max_seconds", exp.env.timing.max_seconds}}},
+                             {"cpu_threads", exp.env.cpu.threads}};
+  store::EvaluationInfo info;
+  info.bench = set.name;
+  info.settings_json = settings.dump();
+  const int64_t eval_id = st.create_evaluation(info);
+  std::vector<store::EvalResultRecord> recs;
+  std::map<std::string, int64_t> sample_of;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& spec = jobs[i].task->spec();
+    store::EvalResultRecord r;
+    r.task = {set.name, spec.name, spec.level, spec.category.empty() ? std::nullopt : std::optional(spec.category), spec.hash};
+    r.sample = sample_of[spec.name]++;
+    r.turn = 1;
+    r.verdict = std::string(env::to_string(results[i].verdict));
+    auto opt = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
+    r.speedup = opt(results[i].speedup);
+    r.candidate_ms = opt(results[i].candidate_ms);
+    r.reference_ms = opt(results[i].reference_ms);
+    r.file = jobs[i].file;
+    recs.push_back(r);
+  }
+  st.add_eval_results(eval_id, recs);
+
+  std::map<std::string, int> counts;
+  double log_sum = 0;
+  int n_correct = 0, n_suspicious = 0;
+  for (const auto& r : results) {
+    counts[std::string(env::to_string(r.verdict))]++;
+    if (r.is_correct() && r.speedup > 0) log_sum += std::log(r.speedup), ++n_correct;
+    n_suspicious += r.suspicious;
+  }
+  if (format == "json") {
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const auto& r = results[i];
+      auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
+      rows.push_back({{"task", jobs[i].task->name()}, {"file", jobs[i].file}, {"verdict", env::to_string(r.verdict)},
+                      {"speedup", num(r.speedup)}, {"candidate_ms", num(r.candidate_ms)},
+                      {"reference_ms", num(r.reference_ms)}, {"suspicious", r.suspicious}, {"feedback", r.feedback}});
+    }
+    nlohmann::json out = {{"evaluation_id", eval_id}, {"bench", set.name}, {"backend", backend}, {"results", rows},
+                          {"counts", counts}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    size_t wt = 4, wf = 4;
+    for (const auto& j : jobs) {
+      wt = std::max(wt, j.task->name().size());
+      wf = std::max(wf, fs::path(j.file).filename().string().size());
+    }
+    std::printf("%-*s  %-*s  %-15s  %9s  %10s  %10s\n", int(wt), "task", int(wf), "file", "verdict", "speedup", "cand_ms",
+                "ref_ms");
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const auto& r = results[i];
+      std::string sp = num_or_dash(r.speedup, "%.2fx") + (r.suspicious ? "!" : "");
+      std::printf("%-*s  %-*s  %-15s  %9s  %10s  %10s\n", int(wt), jobs[i].task->name().c_str(), int(wf),
+                  fs::path(jobs[i].file).filename().string().c_str(), std::string(env::to_string(r.verdict)).c_str(),
+                  sp.c_str(), num_or_dash(r.candidate_ms, "%.4f").c_str(), num_or_dash(r.reference_ms, "%.4f").c_str());
+    }
+    std::string summary;
+    for (const auto& [k, v] : counts) summary += (summary.empty() ? "" : ", ") + std::to_string(v) + " " + k;
+    std::printf("\n%zu files: %s", jobs.size(), summary.c_str());
+    if (n_correct) std::printf("; geometric-mean speedup of correct: %.3fx", std::exp(log_sum / n_correct));
+    if (n_suspicious) std::printf("; %d suspicious (!)", n_suspicious);
+    std::printf("\nevaluation %lld written to %s\n", static_cast<long long>(eval_id), db.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
 
 Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("eval", "Score a model, a run's checkpoint or saved solutions: correctness, "
@@ -36,8 +191,10 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     int sources = !o->solutions.empty() + !o->model.empty() + !o->run.empty();
     if (sources != 1) throw UsageError("leap eval: give exactly one of --solutions DIR, --model PATH, --run RUN_ID");
     if (!o->config.empty()) config::load_experiment(o->config, o->sets);  // validates, exit 2 on errors
-    if (!o->solutions.empty())
-      not_built("leap eval --solutions", "Kernel environment I: task sets, solution format, honest verifier");
+    if (!o->solutions.empty()) {
+      if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
+      return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g.db);
+    }
     not_built("leap eval with a model", "KernelBench import, leap eval --bench, and leap report");
   };
 }

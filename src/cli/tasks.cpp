@@ -1,32 +1,199 @@
 // `leap tasks`: list, show, validate and import task sets.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
 #include "cli/commands.hpp"
+#include "cli/environment.hpp"
+#include "env/validate.hpp"
+#include "tasks/task_spec.hpp"
+#include "util/error.hpp"
 
 namespace leap::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string sizes_text(const std::map<std::string, int64_t>& m) {
+  std::string s;
+  for (const auto& [k, v] : m) s += (s.empty() ? "" : ", ") + k + "=" + std::to_string(v);
+  return s;
+}
+
+std::string shape_text(const std::vector<std::string>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + shape[i];
+  return s + "]";
+}
+
+int tasks_list(const std::string& dir) {
+  tasks::TaskSet set = tasks::load_task_set(dir);
+  size_t w = 4;
+  for (const auto& t : set.tasks) w = std::max(w, t.name.size());
+  std::printf("task set %s (%s): %zu tasks, %zu train, %zu eval\n", set.name.c_str(), dir.c_str(), set.tasks.size(),
+              set.train.size(), set.eval.size());
+  std::printf("%-*s  %5s  %-14s  %-10s  %s\n", int(w), "task", "level", "category", "split", "sizes (cpu)");
+  for (const auto& t : set.tasks)
+    std::printf("%-*s  %5s  %-14s  %-10s  %s\n", int(w), t.name.c_str(), t.level ? std::to_string(*t.level).c_str() : "-",
+                t.category.empty() ? "-" : t.category.c_str(), set.split_of(t.name).c_str(),
+                sizes_text(t.sizes_for("cpu")).c_str());
+  return 0;
+}
+
+int tasks_show(const std::string& task, const std::string& dir) {
+  std::string path = task;
+  if (!fs::exists(path)) path = (fs::path(dir) / task).string();
+  if (!fs::exists(path)) throw UsageError("leap tasks show: no task folder '" + task + "' (nor " + path + ")");
+  tasks::TaskSpec t = tasks::load_task(path);
+  std::printf("name:      %s\nfile:      %s\nlevel:     %s\ncategory:  %s\nhash:      %s\n", t.name.c_str(),
+              t.file.c_str(), t.level ? std::to_string(*t.level).c_str() : "-", t.category.c_str(), t.hash.c_str());
+  std::map<std::string, int64_t> def(t.sizes.begin(), t.sizes.end());
+  std::printf("sizes:     %s\n", sizes_text(def).c_str());
+  for (const auto& [b, m] : t.size_overrides) std::printf("sizes_%s: %s\n", b.c_str(), sizes_text(m).c_str());
+  std::printf("inputs:\n");
+  for (const auto& i : t.inputs) {
+    std::string init = i.init.kind_name();
+    if (i.init.kind != tasks::InitSpec::Kind::none) init += "(" + i.init.a + ", " + i.init.b + ")";
+    if (i.init.strict) init += " strict";
+    std::printf("  %-12s %-8s %-20s init %s\n", i.name.c_str(), i.dtype.c_str(), shape_text(i.shape).c_str(), init.c_str());
+  }
+  std::printf("outputs:\n");
+  for (const auto& o : t.outputs)
+    std::printf("  %-12s %-8s %s\n", o.name.c_str(), o.dtype.c_str(), shape_text(o.shape).c_str());
+  if (!t.constants.empty()) {
+    std::printf("constants:\n");
+    for (const auto& c : t.constants) std::printf("  %-12s %-8s %g\n", c.name.c_str(), c.dtype.c_str(), c.value);
+  }
+  std::printf("tolerance: atol %g, rtol %g\n", t.tolerance.atol, t.tolerance.rtol);
+  if (!t.reference.torchscript.empty())
+    std::printf("reference (torchscript):\n%s\n", t.reference.torchscript.c_str());
+  else
+    std::printf("reference (file): %s\n", t.reference.file.c_str());
+  std::printf("prompt:\n%s\n", t.prompt.c_str());
+  return 0;
+}
+
+std::vector<fs::path> solution_files(const std::string& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (e.is_regular_file() && e.path().extension() == ".md" && n.rfind(prefix, 0) == 0) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing) {
+  config::Experiment exp = exp_in;
+  tasks::TaskSet set = tasks::load_task_set(dir);  // loader errors throw (file:line: key: ...)
+  auto envp = make_environment(exp.env, "cpu");
+  env::VerifierOptions vo = verifier_options(exp.env);
+  vo.timing = timing;
+  env::Verifier verifier(envp->backend, envp->pool, vo);
+  int problems = 0, weak_tasks = 0, cuda_skipped = 0, solutions_ok = 0;
+  std::printf("validating task set %s (%s): %zu tasks, cpu backend%s\n", set.name.c_str(), dir.c_str(), set.tasks.size(),
+              timing ? "" : " (correctness only; --time to time the solutions)");
+  for (const auto& spec : set.tasks) {
+    std::vector<std::string> notes;
+    bool bad = false;
+    std::unique_ptr<env::RuntimeTask> rt;
+    try {
+      rt = std::make_unique<env::RuntimeTask>(spec, "cpu");
+      auto weak = env::find_weaknesses(*rt, vo);
+      if (!weak.empty()) {
+        ++weak_tasks;
+        bad = true;
+        for (const auto& w : weak) notes.push_back("WEAK " + w.kind + ": " + w.detail);
+      }
+    } catch (const std::exception& e) {
+      bad = true;
+      notes.push_back(std::string("REFERENCE ERROR: ") + e.what());
+    }
+    auto cpu = solution_files((fs::path(spec.dir) / "solutions").string(), "cpu_");
+    auto cuda = solution_files((fs::path(spec.dir) / "solutions").string(), "cuda_");
+    if (rt) {
+      std::vector<GradeJob> jobs;
+      for (const auto& f : cpu) jobs.push_back({rt.get(), f.string(), slurp(f)});
+      std::vector<env::EvalResult> results;
+      try {
+        results = grade_all(verifier, jobs, static_cast<int>(exp.env.workers));
+      } catch (const std::exception& e) {
+        bad = true;
+        notes.push_back(std::string("ERROR while grading solutions: ") + e.what());
+      }
+      for (size_t i = 0; i < results.size(); ++i) {
+        std::string name = fs::path(jobs[i].file).filename().string();
+        if (results[i].is_correct()) {
+          ++solutions_ok;
+          std::string t = results[i].candidate_ms == results[i].candidate_ms
+                              ? " (" + std::to_string(results[i].speedup).substr(0, 5) + "x)"
+                              : "";
+          notes.push_back(name + ": correct" + t);
+        } else {
+          bad = true;
+          notes.push_back("SOLUTION " + name + ": " + std::string(env::to_string(results[i].verdict)) + "\n      " +
+                          results[i].feedback);
+        }
+      }
+    }
+    for (const auto& f : cuda) {
+      ++cuda_skipped;
+      notes.push_back(f.filename().string() + ": skipped (no cuda backend in this build)");
+    }
+    if (cpu.empty()) notes.push_back("no cpu solution shipped");
+    problems += bad;
+    std::printf("%-4s %s\n", bad ? "FAIL" : "ok", spec.name.c_str());
+    for (const auto& n : notes) std::printf("     %s\n", n.c_str());
+  }
+  std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct; %d cuda solutions skipped (no GPU backend)\n",
+              set.tasks.size(), problems, weak_tasks, solutions_ok, cuda_skipped);
+  return problems ? 1 : 0;
+}
+
+}  // namespace
 
 Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("tasks", "List, show, validate and import task sets");
   cmd->require_subcommand(1);
   struct Opts {
-    std::string dir = "tasks/starter", task, kb_dir, out = "tasks/kernelbench", levels = "1,2,3", source;
+    std::string dir = "tasks/starter", task, kb_dir, out = "tasks/kernelbench", levels = "1,2,3", source, config;
+    std::vector<std::string> sets;
+    bool time = false;
   };
   auto o = std::make_shared<Opts>();
   auto* list = cmd->add_subcommand("list", "List the tasks of a task set with level, category and split");
   list->add_option("dir", o->dir, "task-set folder")->capture_default_str();
   auto* show = cmd->add_subcommand("show", "Show one task: sizes, inputs, outputs, reference, prompt");
   show->add_option("task", o->task, "task folder or name")->required();
+  show->add_option("--dir", o->dir, "task-set folder a bare name is looked up in")->capture_default_str();
   auto* validate = cmd->add_subcommand("validate", "Compile references, run shipped solutions, flag weak tasks");
   validate->add_option("dir", o->dir, "task-set folder")->capture_default_str();
+  validate->add_option("--config", o->config, "experiment YAML for the env settings");
+  validate->add_option("--set", o->sets, "override one config key (repeatable)")->type_name("KEY.PATH=VALUE");
+  validate->add_flag("--time", o->time, "also time the shipped solutions");
   auto* import = cmd->add_subcommand("import", "Import a benchmark into leap task folders");
   import->add_option("source", o->source, "benchmark name: kernelbench")->required()->check(CLI::IsMember({"kernelbench"}));
   import->add_option("kb_dir", o->kb_dir, "KernelBench checkout root or a folder of problem files")->required();
   import->add_option("--out", o->out, "output task-set folder")->capture_default_str();
   import->add_option("--levels", o->levels, "comma-separated levels")->capture_default_str();
-  return [cmd, list, show, validate, import]() -> int {
-    if (list->parsed() || show->parsed() || validate->parsed())
-      not_built("leap tasks " + cmd->get_subcommands().front()->get_name(),
-                "Kernel environment I: task sets, solution format, honest verifier");
+  return [o, list, show, validate]() -> int {
+    if (list->parsed()) return tasks_list(o->dir);
+    if (show->parsed()) return tasks_show(o->task, o->dir);
+    if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time);
     not_built("leap tasks import", "KernelBench import, leap eval --bench, and leap report");
   };
 }

@@ -37,6 +37,13 @@ struct CompileOutcome {
 struct RunRequest {
   int warmup = 0;  ///< untimed runs first
   int trials = 1;  ///< timed runs
+  /// Time box in seconds for the whole job (0: none). Warm-up stops once half of it is spent,
+  /// trials once all of it is spent; at least one trial always runs.
+  double max_seconds = 0;
+  /// Rotated input sets: run r (warm-up and trials counted together) passes tensor
+  /// `rotations[r % rotations.size()][i]` wherever a launch names tensor i. Empty: identity.
+  /// Lets the verifier cycle several input/output sets so a kernel cannot cache results.
+  std::vector<std::vector<int>> rotations;
 };
 
 /// Result of running a launch sequence in a worker.

@@ -14,6 +14,7 @@
 
 #include "env/errors.hpp"
 #include "util/error.hpp"
+#include "util/hash.hpp"
 #include "util/subprocess.hpp"
 
 namespace leap::env {
@@ -33,20 +34,12 @@ using Trampoline = void (*)(void*, const LeapCpuArg*);
 
 std::string trampoline_name(const std::string& sig) { return "__leap_call_" + (sig.empty() ? "v" : sig); }
 
-uint64_t fnv1a(const std::string& s, uint64_t h) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 // 128-bit key from two FNV-1a passes with different seeds (a cache key, not a security hash).
 std::string cache_key(const std::string& data) {
   char buf[33];
   std::snprintf(buf, sizeof buf, "%016llx%016llx",
-                static_cast<unsigned long long>(fnv1a(data, 0xcbf29ce484222325ULL)),
-                static_cast<unsigned long long>(fnv1a(data, 0x84222325cbf29ce4ULL ^ data.size())));
+                static_cast<unsigned long long>(util::fnv1a64(data)),
+                static_cast<unsigned long long>(util::fnv1a64(data, 0x84222325cbf29ce4ULL ^ data.size())));
   return buf;
 }
 
@@ -285,7 +278,12 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   struct Prepared {
     void* fn;
     Trampoline tramp;
-    std::vector<LeapCpuArg> args;
+    std::vector<std::vector<LeapCpuArg>> args;  // one argument list per rotation
+  };
+  const size_t n_rot = std::max<size_t>(1, request.rotations.size());
+  auto tensor_ptr = [&](size_t rot, int t) -> void* {
+    if (request.rotations.empty()) return tensors.at(static_cast<size_t>(t));
+    return tensors.at(static_cast<size_t>(request.rotations[rot].at(static_cast<size_t>(t))));
   };
   std::vector<Prepared> launches;
   for (size_t li = 0; li < plan.launches.size(); ++li) {
@@ -306,27 +304,37 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       out.message = "internal: no trampoline for signature '" + l.signature + "'";
       return out;
     }
-    for (const BoundArg& a : l.args) {
-      LeapCpuArg v{};
-      switch (a.kind) {
-        case ArgKind::tensor: v.p = tensors.at(static_cast<size_t>(a.tensor)); break;
-        case ArgKind::int64: v.i = a.i; break;
-        case ArgKind::float32: v.f = static_cast<float>(a.f); break;
-        case ArgKind::float64: v.d = a.f; break;
+    p.args.resize(n_rot);
+    for (size_t rot = 0; rot < n_rot; ++rot)
+      for (const BoundArg& a : l.args) {
+        LeapCpuArg v{};
+        switch (a.kind) {
+          case ArgKind::tensor: v.p = tensor_ptr(rot, a.tensor); break;
+          case ArgKind::int64: v.i = a.i; break;
+          case ArgKind::float32: v.f = static_cast<float>(a.f); break;
+          case ArgKind::float64: v.d = a.f; break;
+        }
+        p.args[rot].push_back(v);
       }
-      p.args.push_back(v);
-    }
     launches.push_back(std::move(p));
   }
 
   using Clock = std::chrono::steady_clock;
-  const int total = std::max(0, request.warmup) + std::max(1, request.trials);
+  const int warmup = std::max(0, request.warmup);
+  const int total = warmup + std::max(1, request.trials);
+  const auto job_start = Clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
   for (int t = 0; t < total; ++t) {
+    if (request.max_seconds > 0 && static_cast<size_t>(t) >= n_rot) {  // every set runs at least once
+      if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;  // skip the rest of warm-up
+      if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
+    }
+    const size_t rot = static_cast<size_t>(t) % n_rot;
     auto start = Clock::now();
     for (size_t li = 0; li < launches.size(); ++li) {
       if (current_launch) current_launch->store(static_cast<int>(li));
       try {
-        launches[li].tramp(launches[li].fn, launches[li].args.data());
+        launches[li].tramp(launches[li].fn, launches[li].args[rot].data());
       } catch (const std::exception& e) {
         out.verdict = Verdict::runtime_error;
         out.failed_launch = static_cast<int>(li);
@@ -341,7 +349,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       }
     }
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (t >= request.warmup) out.times_ms.push_back(ms);
+    if (t >= warmup) out.times_ms.push_back(ms);
   }
   if (current_launch) current_launch->store(-1);
   return out;

@@ -40,6 +40,7 @@ struct EvalResult {
   double candidate_ms = std::numeric_limits<double>::quiet_NaN();  ///< median candidate time, ms
   double reference_ms = std::numeric_limits<double>::quiet_NaN();  ///< median reference time, ms
   double speedup = std::numeric_limits<double>::quiet_NaN();       ///< reference_ms / candidate_ms
+  bool suspicious = false;  ///< speedup above timing.suspicious_speedup: re-measured, flagged
   std::map<std::string, std::string> details;  ///< machine-readable extras (e.g. max_abs_error)
 
   /// Builds a result with `feedback` bounded to `max_chars`.

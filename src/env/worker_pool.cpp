@@ -14,6 +14,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "util/error.hpp"
@@ -230,6 +234,8 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch) {
       RunRequest req;
       req.warmup = job.at("warmup").get<int>();
       req.trials = job.at("trials").get<int>();
+      req.max_seconds = job.at("max_seconds").get<double>();
+      req.rotations = job.at("rotations").get<std::vector<std::vector<int>>>();
       total = job.at("total_bytes").get<size_t>();
       auto offsets = job.at("offsets").get<std::vector<size_t>>();
       if (fd < 0) throw Error("no tensor memory was passed to the worker");
@@ -273,7 +279,56 @@ WorkerPool::~WorkerPool() {
     if (w) retire(*w, true);
 }
 
+namespace {
+
+/// One process-wide thread that does every fork. PR_SET_PDEATHSIG fires when the *thread* that
+/// forked a child exits, not the process: a worker forked from a short-lived caller thread (a
+/// grading thread that calls run() and replaces a retired worker) would be SIGKILLed when that
+/// thread ends, possibly in the middle of another thread's job. This thread never exits.
+class Forker {
+ public:
+  static Forker& get() {
+    static Forker* f = new Forker();  // never destroyed: the thread lives until the process ends
+    return *f;
+  }
+  template <class F>
+  auto run(F fn) -> decltype(fn()) {
+    auto task = std::make_shared<std::packaged_task<decltype(fn())()>>(std::move(fn));
+    auto fut = task->get_future();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.emplace_back([task] { (*task)(); });
+    }
+    cv_.notify_one();
+    return fut.get();
+  }
+
+ private:
+  Forker() { std::thread([this] { loop(); }).detach(); }
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+};
+
+}  // namespace
+
 std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn() {
+  return Forker::get().run([this] { return spawn_worker_process(); });
+}
+
+std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_worker_process() {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw Error(std::string("worker socketpair: ") + std::strerror(errno));
@@ -379,6 +434,8 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"plan", plan_to_json(plan)},
               {"warmup", request.warmup},
               {"trials", request.trials},
+              {"max_seconds", request.max_seconds},
+              {"rotations", request.rotations},
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
               {"guards", layout.guards}};

@@ -59,7 +59,8 @@ class WorkerPool {
 
  private:
   struct Worker;
-  std::unique_ptr<Worker> spawn();
+  std::unique_ptr<Worker> spawn();  ///< forks on a process-wide thread (see worker_pool.cpp)
+  std::unique_ptr<Worker> spawn_worker_process();
   void retire(Worker& w, bool kill_first);
 
   std::shared_ptr<Backend> backend_;

@@ -1,0 +1,108 @@
+#include "cli/environment.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "env/cpu_backend.hpp"
+#include "util/error.hpp"
+
+namespace leap::cli {
+
+Environment::~Environment() {
+  verifier.reset();
+  pool.reset();
+  if (temp_cache && !cache_dir.empty()) {
+    std::string cmd = "rm -rf '" + cache_dir + "'";
+    if (std::system(cmd.c_str()) != 0) {
+    }
+  }
+}
+
+env::VerifierOptions verifier_options(const config::EnvConfig& e) {
+  env::VerifierOptions o;
+  o.seeds = static_cast<int>(e.seeds);
+  o.warmup = static_cast<int>(e.timing.warmup);
+  o.trials = static_cast<int>(e.timing.trials);
+  o.max_seconds = e.timing.max_seconds;
+  o.suspicious_speedup = e.timing.suspicious_speedup;
+  o.threads = static_cast<int>(e.cpu.threads);
+  o.feedback_max_chars = static_cast<size_t>(e.feedback_max_chars);
+  return o;
+}
+
+std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const std::string& backend) {
+  if (backend != "cpu")
+    throw NotBuiltError("the " + backend + " backend is not built yet (Kernel environment II); use --backend cpu");
+  auto out = std::make_unique<Environment>();
+  env::CpuBackendOptions co;
+  co.compiler = e.cpu.compiler;
+  co.flags.clear();
+  std::istringstream in(e.cpu.flags);
+  for (std::string f; in >> f;) co.flags.push_back(f);
+  bool has_no_undef = false;
+  for (const auto& f : co.flags) has_no_undef = has_no_undef || f == "-Wl,--no-undefined";
+  if (!has_no_undef) co.flags.push_back("-Wl,--no-undefined");
+  co.compile_timeout_s = e.compile_timeout_s;
+  co.feedback_chars = static_cast<size_t>(e.feedback_max_chars);
+  if (e.compile_cache) {
+    out->cache_dir = (std::filesystem::path(e.cache_dir) / "cpu").string();
+  } else {
+    std::string t = (std::filesystem::temp_directory_path() / "leap-nocache-XXXXXX").string();
+    if (!mkdtemp(t.data())) throw Error("cannot create a temporary compile folder");
+    out->cache_dir = t;
+    out->temp_cache = true;
+  }
+  std::filesystem::create_directories(out->cache_dir);
+  co.cache_dir = out->cache_dir;
+  out->backend = std::make_shared<env::CpuBackend>(co);
+  env::PoolOptions po;
+  po.workers = static_cast<int>(std::max<int64_t>(1, e.workers));
+  po.run_timeout_s = e.run_timeout_s;
+  out->pool = std::make_shared<env::WorkerPool>(out->backend, po);
+  out->verifier = std::make_unique<env::Verifier>(out->backend, out->pool, verifier_options(e));
+  return out;
+}
+
+}  // namespace leap::cli
+
+#include <atomic>
+#include <thread>
+
+#include "config/load.hpp"
+
+namespace leap::cli {
+
+std::vector<env::EvalResult> grade_all(env::Verifier& verifier, const std::vector<GradeJob>& jobs, int threads) {
+  std::vector<env::EvalResult> out(jobs.size());
+  std::vector<std::exception_ptr> errors(jobs.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      try {
+        out[i] = verifier.evaluate(*jobs[i].task, jobs[i].answer);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
+}
+
+config::Experiment experiment_from_flags(const std::string& config_path, const std::vector<std::string>& sets) {
+  if (!config_path.empty()) return config::load_experiment(config_path, sets);
+  config::Experiment exp;
+  for (const auto& s : sets) config::apply_override(exp, s);
+  config::validate(exp, "--set");
+  return exp;
+}
+
+}  // namespace leap::cli

@@ -1,0 +1,47 @@
+#pragma once
+// Building the kernel environment (backend, worker pool, verifier) from an experiment's `env:`.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/experiment.hpp"
+#include "env/verifier.hpp"
+
+namespace leap::cli {
+
+/// A ready environment for one backend.
+struct Environment {
+  std::shared_ptr<env::Backend> backend;
+  std::shared_ptr<env::WorkerPool> pool;
+  std::unique_ptr<env::Verifier> verifier;
+  std::string cache_dir;  ///< compile cache in use
+  bool temp_cache = false;  ///< cache_dir is a temporary folder (env.compile_cache: false)
+  ~Environment();
+};
+
+/// Verifier settings from `env:` (seeds, timing, threads, feedback bound).
+env::VerifierOptions verifier_options(const config::EnvConfig& env);
+
+/// Builds the environment for `backend` ("cpu"; "cuda" throws NotBuiltError until the cuda
+/// backend exists). With env.compile_cache false, a fresh temporary cache folder is used and
+/// removed with the Environment.
+std::unique_ptr<Environment> make_environment(const config::EnvConfig& env, const std::string& backend);
+
+}  // namespace leap::cli
+
+namespace leap::cli {
+
+/// One answer file to grade.
+struct GradeJob {
+  const env::RuntimeTask* task = nullptr;
+  std::string file;    ///< path of the answer (.md)
+  std::string answer;  ///< its text
+};
+
+/// Grades `jobs` with `threads` concurrent evaluations (results in job order).
+std::vector<env::EvalResult> grade_all(env::Verifier& verifier, const std::vector<GradeJob>& jobs, int threads);
+
+/// The experiment from `--config` (or the defaults) with `--set` overrides applied and validated.
+config::Experiment experiment_from_flags(const std::string& config_path, const std::vector<std::string>& sets);
+
+}  // namespace leap::cli

@@ -1,0 +1,317 @@
+#include "env/reference.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/script.h>
+
+#include <cmath>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "env/expr.hpp"
+#include "util/error.hpp"
+
+namespace leap::env {
+
+struct Reference::Impl {
+  std::shared_ptr<torch::jit::CompilationUnit> cu;  // torchscript source
+  mutable torch::jit::Module module;                // file
+  std::string method;                               // method of `module`; empty: use cu
+};
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// torch::jit::compile has no Python resolver, so `torch.nn.functional.f` (or `F.f`) cannot be
+// looked up; they are rewritten to the ATen builtins TorchScript reaches through `torch.`.
+std::string without_python_modules(const std::string& src) {
+  static const std::regex re(R"((^|[^A-Za-z0-9_.])(torch\.nn\.functional|F)\.([A-Za-z_][A-Za-z0-9_]*))");
+  static const std::map<std::string, std::string> renamed = {{"cross_entropy", "cross_entropy_loss"}};
+  std::string out;
+  auto begin = std::sregex_iterator(src.begin(), src.end(), re);
+  size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    out += src.substr(last, static_cast<size_t>(m.position(0)) - last);
+    auto r = renamed.find(m[3].str());
+    out += m[1].str() + "torch." + (r == renamed.end() ? m[3].str() : r->second);
+    last = static_cast<size_t>(m.position(0) + m.length(0));
+  }
+  return out + src.substr(last);
+}
+
+void disable_tf32() {
+  auto& ctx = at::globalContext();
+  ctx.setAllowTF32CuBLAS(false);
+  ctx.setAllowTF32CuDNN(false);
+  ctx.setFloat32MatmulPrecision("highest");
+}
+
+}  // namespace
+
+torch::ScalarType torch_dtype(DType t) {
+  switch (t) {
+    case DType::float16: return torch::kHalf;
+    case DType::bfloat16: return torch::kBFloat16;
+    case DType::float32: return torch::kFloat;
+    case DType::float64: return torch::kDouble;
+    case DType::int8: return torch::kChar;
+    case DType::uint8: return torch::kByte;
+    case DType::int16: return torch::kShort;
+    case DType::int32: return torch::kInt;
+    case DType::int64: return torch::kLong;
+    case DType::bool_: return torch::kBool;
+  }
+  return torch::kFloat;
+}
+
+// ---- RuntimeTask ------------------------------------------------------------------------------
+
+RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
+    : spec_(std::move(spec)), backend_(backend) {
+  const std::string& file = spec_.file;
+  interface_.sizes = spec_.sizes_for(backend);
+  ExprEnv env;
+  env.symbols = interface_.sizes;
+  auto convert = [&](const tasks::TensorSpec& t, const char* section, std::vector<TensorDecl>& decls,
+                     std::vector<std::vector<int64_t>>& shapes) {
+    TensorDecl d;
+    d.name = t.name;
+    if (!dtype_from_string(t.dtype, d.dtype)) throw Error(file + ": " + section + "." + t.name + ": bad dtype " + t.dtype);
+    d.shape = t.shape;
+    std::vector<int64_t> shape;
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      try {
+        int64_t v = Expr::parse(t.shape[i]).eval(env);
+        if (v < 1) throw Error("dim is " + std::to_string(v) + " (must be >= 1)");
+        shape.push_back(v);
+      } catch (const std::exception& e) {
+        throw Error(file + ":" + std::to_string(t.line) + ": " + section + "." + t.name + ".shape[" +
+                    std::to_string(i) + "] '" + t.shape[i] + "' with the " + backend + " sizes: " + e.what());
+      }
+    }
+    decls.push_back(d);
+    shapes.push_back(shape);
+  };
+  for (const auto& t : spec_.inputs) convert(t, "inputs", interface_.inputs, input_shapes_);
+  for (const auto& t : spec_.outputs) convert(t, "outputs", interface_.outputs, output_shapes_);
+  for (const auto& c : spec_.constants) {
+    ConstantDecl d;
+    d.name = c.name;
+    d.value = c.value;
+    d.type = c.dtype == "float64" ? ScalarType::float64 : c.dtype == "int64" ? ScalarType::int64 : ScalarType::float32;
+    interface_.constants.push_back(d);
+  }
+  for (const auto& t : spec_.inputs)  // init parameters must resolve with these sizes
+    if (t.init.kind != tasks::InitSpec::Kind::none) {
+      tasks::InitSpec::value(t.init.a, interface_.sizes);
+      tasks::InitSpec::value(t.init.b, interface_.sizes);
+    }
+
+  disable_tf32();
+  reference_ = std::make_unique<Reference>();
+  reference_->file = file;
+  reference_->impl = std::make_shared<Reference::Impl>();
+  auto& impl = *reference_->impl;
+  const std::string where = file + ":" + std::to_string(spec_.reference.line) + ": reference";
+  if (!spec_.reference.torchscript.empty()) {
+    try {
+      impl.cu = torch::jit::compile(without_python_modules(spec_.reference.torchscript));
+    } catch (const std::exception& e) {
+      throw Error(where + ".torchscript does not compile:\n" + e.what());
+    }
+    if (!impl.cu->find_function("reference")) throw Error(where + ".torchscript defines no function 'reference'");
+    size_t n_args = impl.cu->get_function("reference").getSchema().arguments().size();
+    if (n_args != spec_.inputs.size())
+      throw Error(where + ": 'reference' takes " + std::to_string(n_args) + " arguments but the task declares " +
+                  std::to_string(spec_.inputs.size()) + " inputs");
+  } else {
+    try {
+      impl.module = torch::jit::load(spec_.reference.file);
+    } catch (const std::exception& e) {
+      throw Error(where + ".file " + spec_.reference.file + " cannot be loaded as a TorchScript module: " + e.what());
+    }
+    impl.module.eval();
+    impl.method = impl.module.find_method("reference") ? "reference" : "forward";
+    if (!impl.module.find_method(impl.method))
+      throw Error(where + ".file " + spec_.reference.file + " has no 'reference' or 'forward' method");
+  }
+}
+
+RuntimeTask::~RuntimeTask() = default;
+
+// ---- Reference ---------------------------------------------------------------------------------
+
+std::vector<torch::Tensor> Reference::run(const RuntimeTask& task, const std::vector<torch::Tensor>& inputs) const {
+  torch::NoGradGuard no_grad;
+  std::vector<c10::IValue> args;
+  for (const auto& t : inputs) args.emplace_back(t.clone());
+  c10::IValue result;
+  try {
+    if (impl->cu)
+      result = impl->cu->get_function("reference")(std::move(args));
+    else
+      result = impl->module.get_method(impl->method)(std::move(args));
+  } catch (const std::exception& e) {
+    throw Error(file + ": the reference failed: " + e.what());
+  }
+  std::vector<torch::Tensor> outs;
+  if (result.isTensor()) {
+    outs.push_back(result.toTensor());
+  } else if (result.isTuple()) {
+    for (const auto& v : result.toTupleRef().elements()) {
+      if (!v.isTensor()) throw Error(file + ": the reference returned a tuple holding a non-tensor");
+      outs.push_back(v.toTensor());
+    }
+  } else if (result.isTensorList()) {
+    for (const auto& t : result.toTensorVector()) outs.push_back(t);
+  } else {
+    throw Error(file + ": the reference must return a Tensor or a Tuple of Tensors");
+  }
+  const auto& decl = task.interface().outputs;
+  if (outs.size() != decl.size())
+    throw Error(file + ": the reference returned " + std::to_string(outs.size()) + " tensors but the task declares " +
+                std::to_string(decl.size()) + " outputs");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto& want = task.output_shapes()[i];
+    if (outs[i].sizes().vec() != want)
+      throw Error(file + ": output '" + decl[i].name + "': the reference returned shape " + shape_text(outs[i].sizes().vec()) +
+                  " but the task declares " + shape_text(want));
+    if (outs[i].scalar_type() != torch_dtype(decl[i].dtype))
+      throw Error(file + ": output '" + decl[i].name + "': the reference returned dtype " +
+                  std::string(c10::toString(outs[i].scalar_type())) + " but the task declares " +
+                  std::string(to_string(decl[i].dtype)));
+    outs[i] = outs[i].contiguous();
+  }
+  return outs;
+}
+
+// ---- inputs ------------------------------------------------------------------------------------
+
+std::string to_string(InputVariant v) {
+  switch (v) {
+    case InputVariant::declared: return "declared distribution";
+    case InputVariant::signed_normal: return "signed normal";
+    case InputVariant::uniform: return "signed uniform";
+    case InputVariant::large_magnitude: return "large magnitude (x100)";
+  }
+  return "?";
+}
+
+InputVariant variant_for(int seed_index, int input_index) {
+  if (seed_index <= 0) return InputVariant::declared;
+  return static_cast<InputVariant>((seed_index - 1 + input_index) % 3 + 1);
+}
+
+std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, int seed_index) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::vector<torch::Tensor> out;
+  const auto& sizes = task.interface().sizes;
+  for (size_t i = 0; i < task.spec().inputs.size(); ++i) {
+    const tasks::TensorSpec& spec = task.spec().inputs[i];
+    const TensorDecl& decl = task.interface().inputs[i];
+    const auto& shape = task.input_shapes()[i];
+    const auto kind = spec.init.kind;
+    double a = kind == tasks::InitSpec::Kind::none ? 0.0 : tasks::InitSpec::value(spec.init.a, sizes);
+    double b = kind == tasks::InitSpec::Kind::none ? 1.0 : tasks::InitSpec::value(spec.init.b, sizes);
+    auto fopts = torch::TensorOptions().dtype(torch::kFloat);
+    torch::Tensor t;
+    const torch::ScalarType st = torch_dtype(decl.dtype);
+    if (st == torch::kBool) {
+      t = torch::empty(shape, fopts).uniform_(0.0, 1.0, gen).lt(0.5);
+    } else if (!at::isFloatingType(st)) {
+      int64_t lo = kind == tasks::InitSpec::Kind::none ? 0 : static_cast<int64_t>(std::floor(a));
+      int64_t hi = kind == tasks::InitSpec::Kind::none ? 2 : static_cast<int64_t>(std::ceil(b));
+      if (kind == tasks::InitSpec::Kind::normal) {  // normal for an integer tensor: round
+        t = torch::empty(shape, fopts).normal_(a, b, gen).round().to(st);
+      } else {
+        t = torch::randint(lo, hi, shape, gen, torch::TensorOptions().dtype(torch::kLong)).to(st);
+      }
+    } else {
+      InputVariant v = spec.init.strict ? InputVariant::declared : variant_for(seed_index, static_cast<int>(i));
+      // Typical magnitude of the declared distribution.
+      double s0 = kind == tasks::InitSpec::Kind::uniform ? std::max(std::abs(a), std::abs(b)) : std::sqrt(a * a + b * b);
+      if (!(s0 > 0)) s0 = 1.0;
+      t = torch::empty(shape, fopts);
+      switch (v) {
+        case InputVariant::declared:
+          if (kind == tasks::InitSpec::Kind::uniform)
+            t.uniform_(a, b, gen);
+          else if (kind == tasks::InitSpec::Kind::randint)
+            t = torch::randint(static_cast<int64_t>(a), static_cast<int64_t>(b), shape, gen, fopts);
+          else
+            t.normal_(a, b, gen);
+          break;
+        case InputVariant::signed_normal: t.normal_(0.0, s0, gen); break;
+        case InputVariant::uniform: t.uniform_(-s0, s0, gen); break;
+        case InputVariant::large_magnitude: t.normal_(0.0, 100.0 * s0, gen); break;
+      }
+      t = t.to(st);
+    }
+    out.push_back(t.contiguous());
+  }
+  return out;
+}
+
+// ---- comparison --------------------------------------------------------------------------------
+
+std::string index_text(int64_t flat, const std::vector<int64_t>& shape) {
+  if (shape.empty()) return "[] (0-d)";
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return shape_text(idx);
+}
+
+double finite_rms(const torch::Tensor& t_in) {
+  torch::Tensor t = t_in.reshape({-1}).to(torch::kDouble);
+  torch::Tensor f = t.masked_select(torch::isfinite(t));
+  return f.numel() ? std::sqrt(f.square().mean().item<double>()) : 0.0;
+}
+
+Comparison compare_output(const torch::Tensor& got_in, const torch::Tensor& ref_in, double atol, double rtol,
+                          double declared_rms) {
+  Comparison c;
+  torch::Tensor got = got_in.reshape({-1}).to(torch::kDouble);
+  torch::Tensor ref = ref_in.reshape({-1}).to(torch::kDouble);
+  c.numel = ref.numel();
+  const bool exact = !at::isFloatingType(ref_in.scalar_type());
+  torch::Tensor diff = (got - ref).abs();
+  torch::Tensor bad;
+  if (exact) {
+    bad = got.ne(ref);
+    c.atol_eff = 0;
+  } else {
+    torch::Tensor finite = torch::isfinite(ref);
+    torch::Tensor fr = ref.masked_select(finite);
+    c.ref_rms = fr.numel() ? std::sqrt(fr.square().mean().item<double>()) : 0.0;
+    const double grow = declared_rms > 0 ? std::max(1.0, c.ref_rms / declared_rms) : 1.0;
+    c.atol_eff = std::min(atol * grow, kAtolRmsFraction * c.ref_rms);
+    torch::Tensor ok_finite = diff.le(c.atol_eff + rtol * ref.abs());  // false for NaN in got
+    torch::Tensor ok_nonfinite = torch::where(torch::isnan(ref), torch::isnan(got), got.eq(ref));
+    bad = torch::where(finite, ok_finite, ok_nonfinite).logical_not();
+  }
+  c.mismatches = bad.sum().item<int64_t>();
+  c.ok = c.mismatches == 0;
+  if (c.numel > 0) {
+    torch::Tensor d = torch::where(torch::isnan(diff) & bad, torch::full_like(diff, INFINITY), diff);
+    d = torch::where(bad | torch::isfinite(d), d, torch::zeros_like(d));  // ignore matched non-finite pairs
+    c.max_index = d.argmax().item<int64_t>();
+    c.max_abs_error = diff[c.max_index].item<double>();
+  }
+  if (!c.ok) {
+    c.first_bad = bad.nonzero().index({0, 0}).item<int64_t>();
+    c.first_expected = ref[c.first_bad].item<double>();
+    c.first_got = got[c.first_bad].item<double>();
+  }
+  return c;
+}
+
+}  // namespace leap::env

@@ -1,0 +1,75 @@
+#pragma once
+// The tensor side of a task: the TorchScript reference, random inputs, and the scale-aware output
+// comparison (docs/env.md "Correctness"). Includes LibTorch; only the verifier and validation use it.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "env/dtype.hpp"
+#include "env/task_runtime.hpp"
+
+namespace leap::env {
+
+/// The compiled reference of one task (parent process only).
+struct Reference {
+  struct Impl;
+  std::shared_ptr<Impl> impl;
+  std::string file;  ///< the task file, for messages
+
+  /// Runs the reference on `inputs` (not modified: it gets clones) with TF32 off and grad off.
+  /// Checks the result against the declared outputs (count, dtype, shape); throws leap::Error
+  /// naming the task file otherwise.
+  std::vector<torch::Tensor> run(const RuntimeTask& task, const std::vector<torch::Tensor>& inputs) const;
+};
+
+/// torch scalar type of a task dtype.
+torch::ScalarType torch_dtype(DType t);
+
+/// Input distributions the verifier cycles through (a `strict` input always keeps `declared`).
+enum class InputVariant { declared = 0, signed_normal = 1, uniform = 2, large_magnitude = 3 };
+/// Name of a variant, for feedback ("signed normal", ...).
+std::string to_string(InputVariant v);
+/// The variant input `input_index` gets for correctness seed `seed_index`: seed 0 is the declared
+/// distribution for every input; later seeds mix the others across inputs.
+InputVariant variant_for(int seed_index, int input_index);
+
+/// Fresh random inputs for `task` from generator seed `seed`; non-strict floating inputs use the
+/// variant given by `variant_for(seed_index, i)` (seed_index < 0: all declared).
+std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, int seed_index);
+
+/// Result of comparing one output with its reference.
+struct Comparison {
+  bool ok = true;
+  int64_t numel = 0;
+  int64_t mismatches = 0;
+  double max_abs_error = 0;   ///< over all elements (NaN if the candidate wrote NaN where a number was due)
+  int64_t max_index = -1;     ///< flat index of the largest error
+  int64_t first_bad = -1;     ///< flat index of the first mismatch
+  double first_expected = 0, first_got = 0;
+  double atol_eff = 0;        ///< the absolute tolerance actually used
+  double ref_rms = 0;         ///< typical magnitude of the reference
+};
+
+/// Fraction of the reference's rms that caps the absolute tolerance (see docs/env.md).
+inline constexpr double kAtolRmsFraction = 0.1;
+
+/// Compares `got` with `ref` (same shape): integers and bools exactly; a floating element k passes
+/// when |got_k - ref_k| <= atol_eff + rtol * |ref_k| with
+///   atol_eff = min(atol * max(1, rms(ref) / declared_rms), 0.1 * rms(ref))
+/// where rms is over the reference's finite elements and `declared_rms` is the rms of the same
+/// output for inputs from the declared distributions (<= 0: unknown, factor 1). The first term lets
+/// the absolute tolerance grow with outputs larger than the task's own scale (large-magnitude
+/// inputs); the cap makes an all-zeros or constant output fail however small the true values are.
+/// A non-finite reference element must be matched exactly (NaN by NaN).
+Comparison compare_output(const torch::Tensor& got, const torch::Tensor& ref, double atol, double rtol,
+                          double declared_rms = 0);
+
+/// Root mean square of the finite elements of `t` (0 if none).
+double finite_rms(const torch::Tensor& t);
+
+/// "[i, j, k]" for flat index `flat` of `shape`.
+std::string index_text(int64_t flat, const std::vector<int64_t>& shape);
+
+}  // namespace leap::env

@@ -1,0 +1,26 @@
+#pragma once
+// Checks that keep a task honest (DESIGN.md section 3): does its reference depend on every input,
+// and would a zeros, constant or copied-input "kernel" pass its correctness check?
+#include <string>
+#include <vector>
+
+#include "env/task_runtime.hpp"
+#include "env/verifier.hpp"
+
+namespace leap::env {
+
+/// One weakness of a task.
+struct Weakness {
+  std::string kind;    ///< ignores_input | zeros_pass | constant_pass | copy_pass | nonfinite_reference
+  std::string detail;  ///< human-readable explanation
+};
+
+/// Runs the weak-task checks on the verifier's correctness seeds (same inputs, same comparison):
+/// - ignores_input: the outputs are bit-identical when one input is redrawn from another seed;
+/// - zeros_pass / constant_pass / copy_pass: an output filled with zeros, with one constant (the
+///   mean of the first seed's reference) or with a copy of a same-sized input passes on every seed;
+/// - nonfinite_reference: the reference produces NaN or inf on some seed's inputs.
+/// Throws leap::Error if the reference itself fails.
+std::vector<Weakness> find_weaknesses(const RuntimeTask& task, const VerifierOptions& options);
+
+}  // namespace leap::env

@@ -1,0 +1,335 @@
+#include "env/verifier.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "env/binding.hpp"
+#include "env/errors.hpp"
+#include "env/extract.hpp"
+#include "env/launch_plan.hpp"
+#include "env/reference.hpp"
+#include "env/shared_buffers.hpp"
+#include "util/hash.hpp"
+
+namespace leap::env {
+
+namespace {
+
+std::string fmt_num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string fmt_ms(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void write_tensor(SharedBuffers& buf, size_t i, const torch::Tensor& t) {
+  torch::Tensor c = t.contiguous();
+  const size_t n = static_cast<size_t>(c.nbytes());
+  if (n != buf.bytes(i)) throw Error("internal: tensor size mismatch while filling buffers");
+  std::memcpy(buf.data(i), c.data_ptr(), n);
+}
+
+/// NaN for floating outputs; a sentinel for integers (the type's minimum) and bools/uint8 (0xA5).
+void prefill_output(SharedBuffers& buf, size_t i, const BoundTensor& t) {
+  const torch::ScalarType st = torch_dtype(t.dtype);
+  if (st == torch::kBool || st == torch::kByte) {
+    std::memset(buf.data(i), 0xA5, buf.bytes(i));
+  } else if (at::isFloatingType(st)) {
+    write_tensor(buf, i, torch::full(t.shape, std::numeric_limits<double>::quiet_NaN(), torch::TensorOptions().dtype(st)));
+  } else {
+    torch::Tensor s = torch::full(t.shape, 0, torch::TensorOptions().dtype(torch::kLong));
+    if (st == torch::kLong)
+      s.fill_(std::numeric_limits<int64_t>::min());
+    else if (st == torch::kInt)
+      s.fill_(std::numeric_limits<int32_t>::min());
+    else if (st == torch::kShort)
+      s.fill_(std::numeric_limits<int16_t>::min());
+    else
+      s.fill_(std::numeric_limits<int8_t>::min());
+    write_tensor(buf, i, s.to(st));
+  }
+}
+
+/// A copy of tensor i of `buf` (bools read as uint8 so a sentinel byte stays visible).
+torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor& t) {
+  torch::ScalarType st = torch_dtype(t.dtype);
+  if (st == torch::kBool) st = torch::kByte;
+  return torch::from_blob(buf.data(i), t.shape, torch::TensorOptions().dtype(st)).clone();
+}
+
+std::string run_failure_text(const RunOutcome& r) {
+  switch (r.verdict) {
+    case Verdict::launch_error: return "launch error: " + r.message;
+    case Verdict::runtime_error: return "runtime error: " + r.message;
+    case Verdict::timeout: return "timeout: " + r.message;
+    default: return r.message;
+  }
+}
+
+/// Sets the thread count for the reference and restores it afterwards.
+struct ThreadGuard {
+  int saved;
+  explicit ThreadGuard(int n) : saved(at::get_num_threads()) {
+    if (n > 0 && n != saved) at::set_num_threads(n);
+  }
+  ~ThreadGuard() {
+    if (at::get_num_threads() != saved) at::set_num_threads(saved);
+  }
+};
+
+std::string inputs_text(const RuntimeTask& task, int seed_index) {
+  std::string s;
+  for (size_t i = 0; i < task.spec().inputs.size(); ++i) {
+    const auto& in = task.spec().inputs[i];
+    const bool floating = in.dtype.rfind("float", 0) == 0 || in.dtype == "bfloat16";
+    std::string d = (!floating || in.init.strict) ? "declared distribution" : to_string(variant_for(seed_index, static_cast<int>(i)));
+    s += (i ? ", " : "") + in.name + ": " + d;
+  }
+  return s;
+}
+
+}  // namespace
+
+uint64_t input_seed(const RuntimeTask& task, uint64_t base, int seed_index) {
+  uint64_t h = util::fnv1a64(task.spec().name + "/" + task.spec().hash, base * 0x9e3779b97f4a7c15ULL + 0xcbf29ce484222325ULL);
+  return h ^ (static_cast<uint64_t>(seed_index + 1) * 0x9e3779b97f4a7c15ULL);
+}
+
+Verifier::Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool> pool, VerifierOptions options)
+    : backend_(std::move(backend)), pool_(std::move(pool)), options_(options) {
+  if (options_.seeds < 1) options_.seeds = 1;
+  if (options_.trials < 1) options_.trials = 1;
+  if (options_.timing_sets < 1) options_.timing_sets = 1;
+}
+
+EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) {
+  const size_t maxc = options_.feedback_max_chars;
+  auto fail = [&](Verdict v, const std::string& text) { return EvalResult::make(v, text, maxc); };
+
+  // 1. Format: the blocks and the launch plan.
+  ExtractedAnswer ans;
+  LaunchPlan plan;
+  try {
+    ans = extract_answer(answer, backend_->language());
+    PlanParseOptions po = backend_->plan_options();
+    po.line_offset = ans.plan_line - 1;
+    plan = parse_launch_plan(ans.plan_yaml, task.interface(), po);
+  } catch (const FormatError& e) {
+    return fail(Verdict::format_error, std::string("format error: ") + e.what());
+  }
+
+  // 2. Compile (cached).
+  CompileOutcome comp = backend_->compile(ans.code, plan);
+  if (!comp.ok) {
+    EvalResult r = fail(Verdict::compile_error, comp.feedback + "(line numbers count from the first line of the " +
+                                                    std::string(to_string(ans.language)) + " block)");
+    r.details["compile_timed_out"] = comp.timed_out ? "1" : "0";
+    return r;
+  }
+
+  // 3. Bind the plan to this task's sizes.
+  BoundPlan bound;
+  try {
+    bound = bind_plan(plan, task.interface(), backend_->limits(), &comp.artifact.exports);
+  } catch (const LaunchError& e) {
+    return fail(Verdict::launch_error, std::string("launch error: ") + e.what());
+  }
+  const size_t n_in = task.interface().inputs.size();
+  const size_t n_out = task.interface().outputs.size();
+  const tasks::Tolerance tol = task.spec().tolerance;
+
+  auto reference = [&](const std::vector<torch::Tensor>& in) {
+    std::lock_guard<std::mutex> lock(reference_mutex_);
+    ThreadGuard threads(options_.threads);
+    return task.reference().run(task, in);
+  };
+
+  // Checks the outputs (then the inputs) held in `buf` at tensor indices `index(k)`; returns a
+  // failing result or nothing.
+  std::vector<double> declared_rms(n_out, 0.0);  // output scale for declared inputs (seed 1)
+  auto check = [&](const SharedBuffers& buf, const std::vector<int>& index, const std::vector<torch::Tensor>& inputs,
+                   const std::vector<torch::Tensor>& refs, const std::string& when) -> std::optional<EvalResult> {
+    for (size_t j = 0; j < n_out; ++j) {
+      const BoundTensor& bt = bound.tensors[n_in + j];
+      torch::Tensor got = read_tensor(buf, static_cast<size_t>(index[n_in + j]), bt);
+      Comparison c = compare_output(got, refs[j], tol.atol, tol.rtol, declared_rms[j]);
+      if (c.ok) continue;
+      std::ostringstream s;
+      s << "wrong output " << when << ": output '" << bt.name << "' (shape [";
+      for (size_t d = 0; d < bt.shape.size(); ++d) s << (d ? ", " : "") << bt.shape[d];
+      s << "]): " << c.mismatches << " of " << c.numel << " elements differ beyond tolerance"
+        << " (|out - ref| <= " << fmt_num(c.atol_eff) << " + " << fmt_num(tol.rtol) << " * |ref|)\n";
+      s << "max abs error: " << fmt_num(c.max_abs_error) << " at index " << index_text(c.max_index, bt.shape) << "\n";
+      s << "first bad index: " << index_text(c.first_bad, bt.shape) << ": expected " << fmt_num(c.first_expected)
+        << ", got " << fmt_num(c.first_got);
+      if (std::isnan(c.first_got) && !std::isnan(c.first_expected))
+        s << " (NaN: outputs are pre-filled with NaN, so this element was probably never written)";
+      else if (!at::isFloatingType(refs[j].scalar_type()) && c.first_got != c.first_expected &&
+               (c.first_got == static_cast<double>(std::numeric_limits<int64_t>::min()) || c.first_got == 165.0))
+        s << " (the pre-fill sentinel: this element was probably never written)";
+      EvalResult r = fail(Verdict::wrong_output, s.str());
+      r.details["output"] = bt.name;
+      r.details["max_abs_error"] = fmt_num(c.max_abs_error);
+      r.details["mismatches"] = std::to_string(c.mismatches);
+      r.details["first_bad_index"] = index_text(c.first_bad, bt.shape);
+      return r;
+    }
+    for (size_t i = 0; i < n_in; ++i) {
+      const BoundTensor& bt = bound.tensors[i];
+      torch::Tensor now = read_tensor(buf, static_cast<size_t>(index[i]), bt);
+      torch::Tensor was = inputs[i].scalar_type() == torch::kBool ? inputs[i].to(torch::kByte) : inputs[i];
+      if (std::memcmp(now.data_ptr(), was.contiguous().data_ptr(), static_cast<size_t>(was.nbytes())) == 0) continue;
+      int64_t first = now.reshape({-1}).ne(was.reshape({-1})).nonzero().numel() > 0
+                          ? now.reshape({-1}).ne(was.reshape({-1})).nonzero().index({0, 0}).item<int64_t>()
+                          : 0;
+      EvalResult r = fail(Verdict::inputs_modified,
+                          "inputs modified " + when + ": input '" + bt.name + "' was written to (first changed element " +
+                              index_text(first, bt.shape) + "); inputs are read-only, use an output or scratch buffer");
+      r.details["input"] = bt.name;
+      return r;
+    }
+    return std::nullopt;
+  };
+
+  // 4. Correctness on several seeds: candidate first, then the reference.
+  std::vector<int> identity(bound.tensors.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
+  for (int s = 0; s < options_.seeds; ++s) {
+    std::vector<torch::Tensor> inputs = make_inputs(task, input_seed(task, options_.seed, s), s);
+    SharedBuffers buf(bound.tensors);
+    for (size_t i = 0; i < n_in; ++i) write_tensor(buf, i, inputs[i]);
+    for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
+    RunOutcome run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}});
+    const std::string when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(options_.seeds) +
+                             " (inputs: " + inputs_text(task, s) + ")";
+    if (!run.ok()) return fail(run.verdict, run_failure_text(run) + " [" + when + "]");
+    std::vector<torch::Tensor> refs = reference(inputs);
+    if (s == 0)
+      for (size_t j = 0; j < n_out; ++j) declared_rms[j] = finite_rms(refs[j]);
+    if (auto bad = check(buf, identity, inputs, refs, when)) {
+      bad->details["seed"] = std::to_string(s);
+      return *bad;
+    }
+  }
+
+  EvalResult ok = EvalResult::make(Verdict::correct, "", maxc);
+  if (!options_.timing) {
+    ok.feedback = bound_text("correct on " + std::to_string(options_.seeds) + " seeds (not timed)", maxc);
+    return ok;
+  }
+
+  // 5. Timing: several input sets rotated, so a kernel cannot cache a result.
+  const int R = options_.timing_sets;
+  BoundPlan tplan = bound;
+  std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
+  for (int r = 1; r < R; ++r)
+    for (size_t i = 0; i < n_in + n_out; ++i) {
+      BoundTensor copy = bound.tensors[i];
+      copy.name += "#" + std::to_string(r);
+      rotations[static_cast<size_t>(r)][i] = static_cast<int>(tplan.tensors.size());
+      tplan.tensors.push_back(copy);
+    }
+  std::vector<std::vector<torch::Tensor>> set_inputs;
+  for (int r = 0; r < R; ++r) set_inputs.push_back(make_inputs(task, input_seed(task, options_.seed, options_.seeds + r), -1));
+  SharedBuffers tbuf(tplan.tensors);
+  for (int r = 0; r < R; ++r) {
+    const auto& rot = rotations[static_cast<size_t>(r)];
+    for (size_t i = 0; i < n_in; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs[static_cast<size_t>(r)][i]);
+    for (size_t j = 0; j < n_out; ++j)
+      prefill_output(tbuf, static_cast<size_t>(rot[n_in + j]), bound.tensors[n_in + j]);
+  }
+  RunRequest treq{options_.warmup, options_.trials, options_.max_seconds, rotations};
+
+  auto time_candidate = [&](double& ms, int& n, std::optional<EvalResult>& err) {
+    RunOutcome run = pool_->run(comp.artifact, tplan, tbuf, treq);
+    if (!run.ok()) {
+      err = fail(run.verdict, run_failure_text(run) + " [during the timing runs, after passing the correctness checks]");
+      return;
+    }
+    ms = median(run.times_ms);
+    n = static_cast<int>(run.times_ms.size());
+  };
+  auto time_reference = [&](double& ms, int& n) {
+    std::lock_guard<std::mutex> lock(reference_mutex_);
+    ThreadGuard threads(options_.threads);
+    using Clock = std::chrono::steady_clock;
+    std::vector<double> times;
+    const int total = options_.warmup + options_.trials;
+    const auto start = Clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+    for (int t = 0; t < total; ++t) {
+      if (options_.max_seconds > 0 && t >= R) {
+        if (t < options_.warmup && elapsed() > options_.max_seconds / 2) t = options_.warmup;
+        if (t > options_.warmup && elapsed() > options_.max_seconds) break;
+      }
+      const auto& in = set_inputs[static_cast<size_t>(t % R)];
+      auto t0 = Clock::now();
+      task.reference().run(task, in);
+      double ms1 = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (t >= options_.warmup) times.push_back(ms1);
+    }
+    ms = median(times);
+    n = static_cast<int>(times.size());
+  };
+
+  double cand_ms = 0, ref_ms = 0;
+  int cand_n = 0, ref_n = 0;
+  std::optional<EvalResult> err;
+  time_candidate(cand_ms, cand_n, err);
+  if (err) return *err;
+  // Outputs checked again after the timing loop, on every rotated set.
+  for (int r = 0; r < R; ++r) {
+    const auto& in = set_inputs[static_cast<size_t>(r)];
+    std::vector<torch::Tensor> refs = reference(in);
+    if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, refs,
+                         "after the timing loop (input set " + std::to_string(r + 1) + " of " + std::to_string(R) +
+                             "; results must not depend on earlier runs)"))
+      return *bad;
+  }
+  time_reference(ref_ms, ref_n);
+  double speedup = ref_ms / std::max(cand_ms, 1e-9);
+  ok.details["trials_candidate"] = std::to_string(cand_n);
+  ok.details["trials_reference"] = std::to_string(ref_n);
+  std::string note;
+  if (speedup > options_.suspicious_speedup) {
+    // Re-measure both sides; keep the slower candidate and the faster reference.
+    double c2 = 0, r2 = 0;
+    int n2 = 0;
+    time_candidate(c2, n2, err);
+    if (err) return *err;
+    time_reference(r2, n2);
+    ok.suspicious = true;
+    ok.details["suspicious"] = "first measurement " + fmt_num(speedup) + "x";
+    cand_ms = std::max(cand_ms, c2);
+    ref_ms = std::min(ref_ms, r2);
+    speedup = ref_ms / std::max(cand_ms, 1e-9);
+    note = "\nnote: the speedup exceeded " + fmt_num(options_.suspicious_speedup) +
+           "x and was re-measured; it is recorded as suspicious";
+  }
+  ok.candidate_ms = cand_ms;
+  ok.reference_ms = ref_ms;
+  ok.speedup = speedup;
+  ok.feedback = bound_text("correct on " + std::to_string(options_.seeds) + " seeds; candidate " + fmt_ms(cand_ms) +
+                               " ms, reference " + fmt_ms(ref_ms) + " ms, speedup " + fmt_num(speedup) + "x (median of " +
+                               std::to_string(cand_n) + " trials)" + note,
+                           maxc);
+  return ok;
+}
+
+}  // namespace leap::env

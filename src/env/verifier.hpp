@@ -1,0 +1,56 @@
+#pragma once
+// The verifier: turns a model's answer for a task into a verdict, feedback and timings, following
+// every rule of DESIGN.md section 3 (see docs/env.md "Verifier" for the exact procedure).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "env/backend.hpp"
+#include "env/task_runtime.hpp"
+#include "env/verdict.hpp"
+#include "env/worker_pool.hpp"
+
+namespace leap::env {
+
+/// Settings of a Verifier (the cli fills them from the experiment's `env:` section).
+struct VerifierOptions {
+  int seeds = 5;                    ///< correctness seeds, fresh random inputs each
+  bool timing = true;               ///< time correct candidates (off: correct has no times)
+  int warmup = 3;                   ///< untimed runs before the trials (each side)
+  int trials = 20;                  ///< timed trials (each side); the median is reported
+  double max_seconds = 2.0;         ///< time box of one side's warm-up + trials, seconds
+  int timing_sets = 3;              ///< input sets cycled during timing
+  double suspicious_speedup = 10.0; ///< speedups above this are re-measured and flagged
+  int threads = 1;                  ///< at::set_num_threads while the reference runs
+  size_t feedback_max_chars = 2000; ///< bound on the feedback text
+  uint64_t seed = 0;                ///< base of the input seeds (mixed with the task hash)
+};
+
+/// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several
+/// seeds (candidate first, reference second) -> timing. Thread-safe: concurrent evaluate() calls
+/// share the backend (compile cache) and the worker pool; reference calls are serialised.
+class Verifier {
+ public:
+  Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool> pool, VerifierOptions options = {});
+
+  /// Evaluates `answer` (the model's full text) for `task`. A fault of the answer is a verdict;
+  /// a broken task (its reference fails) or toolchain throws leap::Error.
+  EvalResult evaluate(const RuntimeTask& task, std::string_view answer);
+
+  const VerifierOptions& options() const { return options_; }
+  Backend& backend() { return *backend_; }
+
+ private:
+  std::shared_ptr<Backend> backend_;
+  std::shared_ptr<WorkerPool> pool_;
+  VerifierOptions options_;
+  std::mutex reference_mutex_;
+};
+
+/// Seed of correctness seed `seed_index` (or timing set `seed_index` >= seeds) for `task`.
+uint64_t input_seed(const RuntimeTask& task, uint64_t base, int seed_index);
+
+}  // namespace leap::env

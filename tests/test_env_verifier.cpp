@@ -1,0 +1,383 @@
+// The full verifier on the cpu backend: real compiler, real workers, TorchScript references.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/environment.hpp"
+#include "config/experiment.hpp"
+#include "env/reference.hpp"
+#include "env/validate.hpp"
+#include "env/verifier.hpp"
+#include "support.hpp"
+#include "tasks/task_spec.hpp"
+
+using namespace leap::env;
+namespace fs = std::filesystem;
+
+TEST_SUITE_BEGIN("env");
+
+namespace {
+
+const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
+const char* kFastFlags = "-O1 -fPIC -shared";  // the 2-core test machine
+
+leap::config::EnvConfig test_env(const std::string& cache_dir) {
+  leap::config::EnvConfig e;
+  e.workers = 2;
+  e.seeds = 3;
+  e.run_timeout_s = 2.0;
+  e.cache_dir = cache_dir;
+  e.cpu.flags = kFastFlags;
+  e.timing.warmup = 1;
+  e.timing.trials = 3;
+  e.timing.max_seconds = 0.2;
+  return e;
+}
+
+// One environment shared by the tests of this file (workers and the compile cache).
+struct Shared {
+  leap::test::TempDir cache;
+  std::unique_ptr<leap::cli::Environment> env;
+  Shared() { env = leap::cli::make_environment(test_env(cache.path.string()), "cpu"); }
+};
+Shared& shared() {
+  static Shared s;
+  return s;
+}
+
+std::unique_ptr<RuntimeTask> starter_task(const std::string& name) {
+  return std::make_unique<RuntimeTask>(leap::tasks::load_task(kStarter + "/" + name), "cpu");
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string answer(const std::string& code, const std::string& plan) {
+  return "Here is my kernel.\n\n```cpp\n" + code + "```\n\n```yaml\n" + plan + "```\n";
+}
+
+const char* kSoftmaxPlan = "launches:\n  - kernel: softmax_rows\n    args: [x, y, B, N]\n";
+
+// Softmax rows with a body fragment replaced, for the failure kinds.
+std::string softmax_code(const std::string& extra_before, const std::string& rows_expr = "rows",
+                         const std::string& extra_after = "") {
+  return "#include <cmath>\n#include <cstdint>\n"
+         "extern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {\n" +
+         extra_before +
+         "  for (int64_t r = 0; r < " + rows_expr + "; ++r) {\n"
+         "    const float* xr = x + r * cols; float* yr = y + r * cols;\n"
+         "    float m = xr[0]; for (int64_t c = 1; c < cols; ++c) m = xr[c] > m ? xr[c] : m;\n"
+         "    float s = 0; for (int64_t c = 0; c < cols; ++c) { yr[c] = std::exp(xr[c] - m); s += yr[c]; }\n"
+         "    for (int64_t c = 0; c < cols; ++c) yr[c] /= s;\n"
+         "  }\n" + extra_after + "}\n";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+EvalResult eval(const RuntimeTask& t, const std::string& text) {
+  return shared().env->verifier->evaluate(t, text);
+}
+
+}  // namespace
+
+TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
+  auto task = starter_task("softmax_rows");
+  const std::string good = slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md");
+
+  SUBCASE("a correct kernel is correct, with timings") {
+    auto r = eval(*task, good);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::correct);
+    CHECK(r.candidate_ms > 0);
+    CHECK(r.reference_ms > 0);
+    CHECK(r.speedup > 0);
+    CHECK(contains(r.feedback, "speedup"));
+  }
+  SUBCASE("a kernel that writes nothing: NaN pre-fill -> wrong_output") {
+    auto r = eval(*task, answer("#include <cstdint>\nextern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {}\n",
+                                kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::wrong_output);
+    CHECK(contains(r.feedback, "max abs error"));
+    CHECK(contains(r.feedback, "first bad index: [0, 0]"));
+    CHECK(contains(r.feedback, "never written"));
+    CHECK(r.details.at("mismatches") == "8192");
+  }
+  SUBCASE("a kernel that writes half the output -> wrong_output naming the first bad index") {
+    auto r = eval(*task, answer(softmax_code("", "rows / 2"), kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::wrong_output);
+    CHECK(r.details.at("mismatches") == "4096");
+    CHECK(r.details.at("first_bad_index") == "[8, 0]");
+  }
+  SUBCASE("a segfault is a runtime_error and the next correct kernel still passes") {
+    auto r = eval(*task, answer(softmax_code("  *(volatile int*)nullptr = 1;\n"), kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::runtime_error);
+    CHECK(contains(r.feedback, "SIGSEGV"));
+    auto ok = eval(*task, good);
+    CHECK(ok.verdict == Verdict::correct);
+  }
+  SUBCASE("an infinite loop is a timeout and the pool works again") {
+    auto r = eval(*task, answer(softmax_code("  for (volatile int i = 0;; ) { (void)i; }\n"), kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::timeout);
+    auto ok = eval(*task, good);
+    CHECK(ok.verdict == Verdict::correct);
+  }
+  SUBCASE("a kernel that writes its input -> inputs_modified") {
+    auto r = eval(*task, answer(softmax_code("", "rows", "  const_cast<float*>(x)[5] += 1.0f;\n"), kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::inputs_modified);
+    CHECK(contains(r.feedback, "input 'x'"));
+  }
+  SUBCASE("a compile error carries the compiler's line number") {
+    auto r = eval(*task, answer("#include <cstdint>\nextern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {\n"
+                                "  y[0] = undefined_thing;\n}\n",
+                                kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::compile_error);
+    CHECK(contains(r.feedback, ":3:"));
+    CHECK(contains(r.feedback, "undefined_thing"));
+  }
+  SUBCASE("format errors of several kinds") {
+    auto no_yaml = eval(*task, "```cpp\nextern \"C\" void f() {}\n```\n");
+    CHECK(no_yaml.verdict == Verdict::format_error);
+    auto no_code = eval(*task, std::string("```yaml\n") + kSoftmaxPlan + "```\n");
+    CHECK(no_code.verdict == Verdict::format_error);
+    auto cuda_block = eval(*task, std::string("```cuda\n__global__ void f() {}\n```\n```yaml\n") + kSoftmaxPlan + "```\n");
+    CHECK(cuda_block.verdict == Verdict::format_error);
+    auto bad_name = eval(*task, answer(softmax_code(""), "launches:\n  - kernel: softmax_rows\n    args: [x, z, B, N]\n"));
+    CHECK(bad_name.verdict == Verdict::format_error);
+    CHECK(contains(bad_name.feedback, "z"));
+    auto bad_expr = eval(*task, answer(softmax_code(""), "launches:\n  - kernel: softmax_rows\n    args: [x, y, B **, N]\n"));
+    CHECK(bad_expr.verdict == Verdict::format_error);
+    auto unclosed = eval(*task, "<think>I will write a kernel");
+    CHECK(unclosed.verdict == Verdict::format_error);
+  }
+  SUBCASE("a launch naming an unknown kernel -> launch_error") {
+    auto r = eval(*task, answer(softmax_code(""), "launches:\n  - kernel: softmax_fast\n    args: [x, y, B, N]\n"));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::launch_error);
+    CHECK(contains(r.feedback, "softmax_fast"));
+  }
+}
+
+TEST_CASE("env: a kernel that caches its first result fails after the timing loop (rotated inputs)") {
+  auto task = starter_task("softmax_rows");
+  // Computes once per process, then returns: passes every correctness seed (a fresh worker per
+  // seed) but leaves the other rotated timing sets unwritten.
+  auto r = eval(*task, answer(softmax_code("  static bool done = false;\n  if (done) return;\n  done = true;\n"), kSoftmaxPlan));
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::wrong_output);
+  CHECK(contains(r.feedback, "after the timing loop"));
+}
+
+TEST_CASE("env: a speedup above the suspicious threshold is re-measured and flagged") {
+  auto task = starter_task("softmax_rows");
+  auto opts = shared().env->verifier->options();
+  opts.suspicious_speedup = 1e-6;  // every speedup is "suspicious"
+  Verifier v(shared().env->backend, shared().env->pool, opts);
+  auto r = v.evaluate(*task, slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md"));
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::correct);
+  CHECK(r.suspicious);
+  CHECK(r.details.count("suspicious") == 1);
+  CHECK(contains(r.feedback, "suspicious"));
+}
+
+TEST_CASE("env: an all-zeros softmax over 100,000 columns fails (scale-aware tolerance)") {
+  leap::test::TempDir dir;
+  dir.write("wide/task.yaml", R"(name: softmax_wide
+sizes: {B: 2, N: 100000}
+inputs:
+  x: {dtype: float32, shape: [B, N], init: {normal: {mean: 0, std: 1}}}
+outputs:
+  y: {dtype: float32, shape: [B, N]}
+reference:
+  torchscript: |
+    def reference(x: Tensor) -> Tensor:
+        return torch.softmax(x, dim=1)
+tolerance: {atol: 1.0e-5, rtol: 1.0e-4}
+)");
+  RuntimeTask task(leap::tasks::load_task((dir.path / "wide").string()), "cpu");
+  // The outputs are ~1e-5: a plain |out - ref| <= atol test would accept zeros everywhere.
+  auto zeros = eval(task, answer("#include <cstdint>\n#include <cstring>\n"
+                                 "extern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {\n"
+                                 "  std::memset(y, 0, sizeof(float) * rows * cols);\n}\n",
+                                 kSoftmaxPlan));
+  CAPTURE(zeros.feedback);
+  CHECK(zeros.verdict == Verdict::wrong_output);
+  auto ok = eval(task, answer(softmax_code(""), kSoftmaxPlan));
+  CAPTURE(ok.feedback);
+  CHECK(ok.verdict == Verdict::correct);
+}
+
+TEST_CASE("env: compare_output is scale-aware") {
+  torch::Tensor ref = torch::full({100000}, 1.0e-5);
+  ref[0] = 2.0e-5;
+  CHECK_FALSE(compare_output(torch::zeros_like(ref), ref, 1e-5, 1e-4).ok);
+  CHECK(compare_output(ref * (1 + 1e-6), ref, 1e-5, 1e-4).ok);
+  torch::Tensor big = torch::randn({1000}) * 100;
+  CHECK(compare_output(big + 1e-5, big, 1e-4, 1e-4).ok);
+  torch::Tensor nan = big.clone();
+  nan[7] = NAN;
+  auto c = compare_output(nan, big, 1e-4, 1e-4);
+  CHECK_FALSE(c.ok);
+  CHECK(c.first_bad == 7);
+  CHECK(c.mismatches == 1);
+  torch::Tensor idx = torch::arange(10);
+  CHECK(compare_output(idx, idx, 0, 0).ok);
+  CHECK_FALSE(compare_output(idx + 1, idx, 0.5, 0).ok);
+}
+
+TEST_CASE("env: every starter cpu solution is correct") {
+  auto set = leap::tasks::load_task_set(kStarter);
+  int checked = 0;
+  std::vector<std::unique_ptr<RuntimeTask>> tasks;
+  std::vector<leap::cli::GradeJob> jobs;
+  for (const auto& spec : set.tasks) {
+    tasks.push_back(std::make_unique<RuntimeTask>(spec, "cpu"));
+    for (const auto& e : fs::directory_iterator(fs::path(spec.dir) / "solutions")) {
+      std::string n = e.path().filename().string();
+      if (n.rfind("cpu_", 0) == 0 && e.path().extension() == ".md")
+        jobs.push_back({tasks.back().get(), e.path().string(), slurp(e.path())});
+    }
+  }
+  // Correctness only (timing is covered above): the same seeds and checks, fewer seconds.
+  auto opts = shared().env->verifier->options();
+  opts.timing = false;
+  Verifier v(shared().env->backend, shared().env->pool, opts);
+  auto results = leap::cli::grade_all(v, jobs, 2);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(jobs[i].file);
+    CAPTURE(results[i].feedback);
+    CHECK(results[i].verdict == Verdict::correct);
+    ++checked;
+  }
+  CHECK(checked >= 29);
+}
+
+TEST_CASE("env: the weak-task detector flags references that ignore inputs or that trivial kernels pass") {
+  leap::test::TempDir dir;
+  auto make = [&](const std::string& name, const std::string& init, const std::string& body) {
+    dir.write(name + "/task.yaml", "name: " + name + R"(
+sizes: {N: 512}
+inputs:
+  x: {dtype: float32, shape: [N], init: )" + init + R"(}
+  w: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}}}
+outputs:
+  y: {dtype: float32, shape: [N]}
+reference:
+  torchscript: |
+    def reference(x: Tensor, w: Tensor) -> Tensor:
+        return )" + body + R"(
+tolerance: {atol: 1.0e-4, rtol: 1.0e-4}
+)");
+    return std::make_unique<RuntimeTask>(leap::tasks::load_task((dir.path / name).string()), "cpu");
+  };
+  VerifierOptions o;
+  o.seeds = 3;
+  auto kinds = [&](const RuntimeTask& t) {
+    std::set<std::string> k;
+    for (const auto& w : find_weaknesses(t, o)) k.insert(w.kind);
+    return k;
+  };
+  auto honest = make("honest", "{normal: {mean: 0, std: 1}}", "x * w");
+  CHECK(kinds(*honest).empty());
+  auto ignores = make("ignores", "{normal: {mean: 0, std: 1}}", "x * 2.0");
+  CHECK(kinds(*ignores).count("ignores_input"));
+  auto zeros = make("zeros", "{normal: {mean: 0, std: 1}}", "torch.zeros_like(x) * w");
+  CHECK(kinds(*zeros).count("zeros_pass"));
+  CHECK(kinds(*zeros).count("ignores_input"));
+  // relu on strictly positive inputs is the identity: a copy of x passes.
+  auto identity = make("identity", "{uniform: {low: 0, high: 1}, strict: true}", "torch.relu(x) + w * 0.0");
+  CHECK(kinds(*identity).count("copy_pass"));
+  // A tiny constant output.
+  auto constant = make("constant", "{normal: {mean: 0, std: 1}}", "torch.ones_like(x) * 1.0e-3 + (x * w) * 1.0e-9");
+  CHECK(kinds(*constant).count("constant_pass"));
+}
+
+TEST_CASE("env: leap tasks validate tasks/starter reports no weak task and every cpu solution correct") {
+  // Same flags and cache as the tests above, so the compiles are cache hits.
+  std::string c = shared().cache.path.string();
+  auto r = leap::test::run_leap("tasks validate tasks/starter --set env.cache_dir=" + c +
+                                " --set 'env.cpu.flags=" + kFastFlags + "' --set env.seeds=3");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "29 tasks: 0 with problems, 0 weak; "));
+  CHECK(contains(r.out, "cuda solutions skipped"));
+  CHECK_FALSE(contains(r.out, "WEAK"));
+}
+
+TEST_CASE("env: leap tasks validate flags a weak synthetic task and exits 1") {
+  leap::test::TempDir dir;
+  dir.write("set/zeros/task.yaml", R"(name: zeros
+sizes: {N: 64}
+inputs:
+  x: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}}}
+outputs:
+  y: {dtype: float32, shape: [N]}
+reference:
+  torchscript: |
+    def reference(x: Tensor) -> Tensor:
+        return x * 0.0
+)");
+  std::string c = shared().cache.path.string();
+  auto r = leap::test::run_leap("tasks validate " + (dir.path / "set").string() + " --set env.cache_dir=" + c);
+  CAPTURE(r.out);
+  CHECK(r.rc == 1);
+  CHECK(contains(r.out, "WEAK zeros_pass"));
+  CHECK(contains(r.out, "WEAK ignores_input"));
+}
+
+TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the store") {
+  leap::test::TempDir dir;
+  const std::string good = slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md");
+  dir.write("sol/softmax_rows/a_good.md", good);
+  dir.write("sol/softmax_rows/b_empty.md",
+            answer("#include <cstdint>\nextern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {}\n",
+                   kSoftmaxPlan));
+  dir.write("sol/relu/c_noblocks.md", "no code here");
+  std::string db = (dir.path / "leap.db").string();
+  std::string c = shared().cache.path.string();
+  std::string common = " --set env.cache_dir=" + c + " --set 'env.cpu.flags=" + kFastFlags +
+                       "' --set env.seeds=2 --set env.timing.trials=2 --set env.timing.warmup=1";
+  auto r0 = leap::test::run_leap("--db " + db + " eval --format json --tasks tasks/starter --solutions " + (dir.path / "sol").string() + common);
+  CAPTURE(r0.out);
+  CHECK(contains(r0.out, "\"verdict\": \"correct\""));
+  auto r = leap::test::run_leap("--db " + db + " eval --tasks tasks/starter --solutions " + (dir.path / "sol").string() + common);
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "a_good.md"));
+  CHECK(contains(r.out, "correct"));
+  CHECK(contains(r.out, "wrong_output"));
+  CHECK(contains(r.out, "format_error"));
+  CHECK(contains(r.out, "3 files:"));
+  auto j = leap::test::run_leap("--db " + db + " eval --format json --tasks tasks/starter --solutions " +
+                                (dir.path / "sol").string() + common);
+  CAPTURE(j.out);
+  CHECK(j.rc == 0);
+  CHECK(contains(j.out, "\"verdict\": \"wrong_output\""));
+  CHECK(contains(j.out, "\"verdict\": \"correct\""));
+  {
+    auto s = std::system(("sqlite3 " + db + " 'select count(*) from eval_results' > " + (dir.path / "n.txt").string() + " 2>/dev/null").c_str());
+    if (s == 0) CHECK(leap::test::read_file((dir.path / "n.txt").string()).rfind("9", 0) == 0);  // 3 runs x 3 files
+  }
+  // An answer folder for a task that does not exist is bad input: non-zero exit.
+  dir.write("sol/no_such_task/x.md", good);
+  auto bad = leap::test::run_leap("--db " + db + " eval --tasks tasks/starter --solutions " + (dir.path / "sol").string() + common);
+  CHECK(bad.rc != 0);
+  CHECK(contains(bad.err, "no_such_task"));
+}
