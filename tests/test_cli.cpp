@@ -61,7 +61,6 @@ TEST_CASE("cli: commands of later issues say so and exit 3 without output on std
   leap::test::TempDir tmp;
   std::string cfg = tmp.write("exp.yaml", "name: t\n");
   for (std::string args : {"train " + cfg, std::string("report"), std::string("tasks list"),
-                           std::string("model inspect some/dir"),
                            std::string("eval --tasks tasks/starter --solutions s")}) {
     auto r = run_leap(args);
     CAPTURE(args);
