@@ -60,7 +60,7 @@ TEST_CASE("cli: train --print-config prints the resolved config with overrides a
 TEST_CASE("cli: commands of later issues say so and exit 3 without output on stdout") {
   leap::test::TempDir tmp;
   std::string cfg = tmp.write("exp.yaml", "name: t\n");
-  for (std::string args : {"train " + cfg, std::string("report"), std::string("model inspect some/dir"),
+  for (std::string args : {"train " + cfg, std::string("report"),
                            std::string("tasks import kernelbench some/dir")}) {
     auto r = run_leap(args);
     CAPTURE(args);

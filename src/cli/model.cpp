@@ -1,38 +1,174 @@
 // `leap model`: inspect, tokenize with, sample from and create Hugging Face checkpoints.
 #include <CLI/CLI.hpp>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
 
 #include "cli/commands.hpp"
+#include "model/chat_format.hpp"
+#include "model/generate.hpp"
+#include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
+#include "model/tiny_model.hpp"
+#include "model/tokenizer.hpp"
+#include "model/transformer.hpp"
+#include "util/error.hpp"
 
 namespace leap::cli {
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  std::ostringstream ss;
+  ss << std::fixed << std::setprecision(u == 0 ? 0 : 1) << b << " " << units[u];
+  return ss.str();
+}
+
+int inspect(const std::string& path) {
+  using namespace leap::model;
+  const ModelConfig c = load_model_config(path);
+  const auto ckpt = SafetensorsCheckpoint::open(path);
+  int64_t params = 0;
+  double bytes = 0;
+  std::map<std::string, int64_t> by_dtype;
+  for (const auto& name : ckpt.names()) {
+    const auto& v = ckpt.at(name);
+    params += v.numel();
+    bytes += static_cast<double>(v.nbytes);
+    by_dtype[std::string(dtype_name(v.dtype))] += v.numel();
+  }
+  std::string dtype;
+  int64_t most = -1;
+  for (auto& [d, n] : by_dtype)
+    if (n > most) {
+      most = n;
+      dtype = d;
+    }
+  const double kv_per_token_bf16 = 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2;
+  std::cout << "path: " << path << "\n";
+  std::cout << "architecture: " << c.model_type_name << "\n";
+  std::cout << "layers: " << c.num_hidden_layers << "\n";
+  std::cout << "hidden_size: " << c.hidden_size << "\n";
+  std::cout << "heads: " << c.num_attention_heads << " (kv " << c.num_key_value_heads << ", head_dim " << c.head_dim
+            << ")\n";
+  std::cout << "intermediate_size: " << c.intermediate_size << "\n";
+  std::cout << "vocab_size: " << c.vocab_size << "\n";
+  std::cout << "max_position_embeddings: " << c.max_position_embeddings << "\n";
+  std::cout << "rope: theta " << c.rope_theta << ", scaling " << c.rope_scaling.type << "\n";
+  std::cout << "tie_word_embeddings: " << (c.tie_word_embeddings ? "true" : "false") << "\n";
+  std::cout << "parameters: " << params << " (" << std::fixed << std::setprecision(3) << params / 1e9 << " B)\n";
+  std::cout << "dtype: " << dtype << (c.torch_dtype.empty() ? "" : " (config: " + c.torch_dtype + ")") << "\n";
+  std::cout << "weights on disk: " << human_bytes(bytes) << " in " << ckpt.files().size() << " file(s)\n";
+  std::cout << "memory estimate: weights " << human_bytes(params * 2.0) << " in bf16, " << human_bytes(params * 4.0)
+            << " in fp32; KV cache " << human_bytes(kv_per_token_bf16) << " per token in bf16 ("
+            << human_bytes(kv_per_token_bf16 * 4096) << " per 4096-token sequence)\n";
+  std::cout << "training estimate (bf16 weights + fp32 grads + AdamW fp32 states): " << human_bytes(params * 14.0)
+            << " before activations\n";
+  return 0;
+}
+
+int tokenize(const std::string& path, const std::string& text) {
+  const auto tok = leap::model::Tokenizer::from_file(path);
+  const auto ids = tok.encode(text);
+  std::cout << "tokens: " << ids.size() << "\n";
+  for (auto id : ids) {
+    auto piece = tok.id_to_token(id).value_or("?");
+    std::cout << id << "\t" << piece << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
 
 Handler add_model(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("model", "Inspect, tokenize with, sample from, or create a model checkpoint");
   cmd->require_subcommand(1);
   struct Opts {
-    std::string path, text, prompt, preset = "tiny", out;
+    std::string path, text, prompt, preset = "tiny", out, corpus = "tasks", device = "auto", dtype = "auto";
     bool chat = false;
-    int64_t max_new_tokens = 128, seed = 0;
-    double temperature = 0.0;
+    int64_t max_new_tokens = 128, seed = 0, top_k = 0;
+    double temperature = 0.0, top_p = 1.0;
   };
   auto o = std::make_shared<Opts>();
-  auto* inspect = cmd->add_subcommand("inspect", "Architecture, parameter count, dtype and memory estimate");
-  inspect->add_option("path", o->path, "Hugging Face checkpoint folder")->required();
-  auto* tokenize = cmd->add_subcommand("tokenize", "Print the token ids and pieces of TEXT");
-  tokenize->add_option("path", o->path, "checkpoint folder holding tokenizer.json")->required();
-  tokenize->add_option("text", o->text, "text to tokenize")->required();
-  auto* generate = cmd->add_subcommand("generate", "Sample a completion");
-  generate->add_option("path", o->path, "Hugging Face checkpoint folder")->required();
-  generate->add_option("--prompt", o->prompt, "prompt text")->required();
-  generate->add_flag("--chat", o->chat, "wrap the prompt in the model's chat format");
-  generate->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate at most")->capture_default_str();
-  generate->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  generate->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  auto* inspect_cmd = cmd->add_subcommand("inspect", "Architecture, parameter count, dtype and memory estimate");
+  inspect_cmd->add_option("path", o->path, "Hugging Face checkpoint folder")->required();
+  auto* tokenize_cmd = cmd->add_subcommand("tokenize", "Print the token ids and pieces of TEXT");
+  tokenize_cmd->add_option("path", o->path, "checkpoint folder holding tokenizer.json")->required();
+  tokenize_cmd->add_option("text", o->text, "text to tokenize")->required();
+  auto* generate_cmd = cmd->add_subcommand("generate", "Sample a completion");
+  generate_cmd->add_option("path", o->path, "Hugging Face checkpoint folder")->required();
+  generate_cmd->add_option("--prompt", o->prompt, "prompt text")->required();
+  generate_cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat format");
+  generate_cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate at most")->capture_default_str();
+  generate_cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+  generate_cmd->add_option("--top-p", o->top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
+  generate_cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
+  generate_cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  generate_cmd->add_option("--device", o->device, "auto | cpu | cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  generate_cmd->add_option("--dtype", o->dtype, "auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
+      ->capture_default_str();
   auto* init = cmd->add_subcommand("init", "Write a small random Qwen2-style model as a real HF folder");
   init->add_option("--preset", o->preset, "model size preset")->check(CLI::IsMember({"tiny"}))->capture_default_str();
   init->add_option("--out", o->out, "output folder")->required();
-  return [cmd]() -> int {
-    not_built("leap model " + cmd->get_subcommands().front()->get_name(),
-              "Policy model: Hugging Face checkpoints in LibTorch");
+  init->add_option("--corpus", o->corpus, "folder whose task.yaml and solutions/*.md train the tokenizer")
+      ->capture_default_str();
+  init->add_option("--seed", o->seed, "weight seed")->capture_default_str();
+  return [cmd, o]() -> int {
+    const std::string sub = cmd->get_subcommands().front()->get_name();
+    if (sub == "inspect") return inspect(o->path);
+    if (sub == "tokenize") return tokenize(o->path, o->text);
+    if (sub == "init") {
+      auto info = leap::model::init_tiny_model(o->out, o->corpus, o->preset, static_cast<uint64_t>(o->seed));
+      std::cout << "wrote " << o->out << ": qwen2 preset " << o->preset << ", " << info.num_parameters
+                << " parameters, vocabulary " << info.vocab_size << " (BPE trained on " << info.corpus_documents
+                << " files under " << o->corpus << ")\n";
+      return 0;
+    }
+    // generate
+    using namespace leap::model;
+    const bool cuda = o->device == "cuda" || (o->device == "auto" && torch::cuda::is_available());
+    const torch::Device dev = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    const auto dtype = o->dtype == "bf16" || (o->dtype == "auto" && cuda) ? torch::kBFloat16 : torch::kFloat32;
+    const auto tok = Tokenizer::from_file(o->path);
+    auto model = load_transformer(o->path, dtype, dev);
+    const auto gen_cfg = load_generation_config(o->path);
+    std::string text = o->prompt;
+    SamplingParams p;
+    p.temperature = o->temperature;
+    p.top_p = o->top_p;
+    p.top_k = o->top_k;
+    p.max_new_tokens = o->max_new_tokens;
+    p.seed = static_cast<uint64_t>(o->seed);
+    if (o->chat) {
+      const auto fmt = resolve_chat_format(ChatFormat::Auto, model->config().model_type_name, tok);
+      text = render_chat(fmt, {{"user", o->prompt}}, true);
+      for (auto id : chat_stop_ids(fmt, tok)) p.stop_ids.push_back(id);
+    } else {
+      p.stop_ids = default_stop_ids(model->config(), gen_cfg);
+    }
+    const auto ids = tok.encode(text);
+    std::vector<int64_t> prompt(ids.begin(), ids.end());
+    const auto t0 = std::chrono::steady_clock::now();
+    auto out = generate(model, {prompt}, p, &tok);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << out[0].text << "\n";
+    std::cerr << "[" << out[0].tokens.size() << " new tokens from a " << prompt.size() << "-token prompt in "
+              << std::fixed << std::setprecision(2) << secs << " s; finish: " << finish_reason_name(out[0].finish)
+              << "]\n";
+    return 0;
   };
 }
 

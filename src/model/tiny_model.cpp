@@ -1,0 +1,108 @@
+#include "model/tiny_model.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/bpe_trainer.hpp"
+#include "model/hf_config.hpp"
+#include "model/safetensors_torch.hpp"
+#include "model/safetensors_writer.hpp"
+#include "model/transformer.hpp"
+#include "util/error.hpp"
+
+namespace leap::model {
+
+namespace {
+
+const char* const kBuiltinCorpus[] = {
+    "Write a CUDA kernel that adds two float vectors of length n.\n",
+    "__global__ void add(const float* a, const float* b, float* c, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) c[i] = a[i] + b[i];\n}\n",
+    "The kernel reads one row per block, reduces with warp shuffles and writes the result.\n",
+    "def softmax(x):\n    m = x.max(dim=-1, keepdim=True).values\n    return (x - m).exp() / (x - m).exp().sum(-1, keepdim=True)\n",
+};
+
+void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+  if (!out) throw ModelError("cannot write " + p.string());
+}
+
+const char* const kChatTemplate =
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+}  // namespace
+
+TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::filesystem::path& corpus_dir,
+                              const std::string& preset, uint64_t seed) {
+  if (preset != "tiny") throw ModelError("unknown model preset '" + preset + "' (supported: tiny)");
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) throw ModelError("cannot create " + out.string() + ": " + ec.message());
+  TinyModelInfo info;
+  auto texts = read_task_corpus(corpus_dir);
+  info.corpus_documents = static_cast<int64_t>(texts.size());
+  if (texts.empty()) texts.assign(std::begin(kBuiltinCorpus), std::end(kBuiltinCorpus));
+  BpeTrainOptions bo;
+  bo.vocab_size = 1024;
+  const TrainedBpe bpe = train_bpe(texts, bo);
+  const int64_t V = bpe.size();
+  info.vocab_size = V;
+  const int64_t eot = static_cast<int64_t>(bpe.vocab.size());  // <|endoftext|>
+  const int64_t im_end = eot + 2;
+  write_text(out / "tokenizer.json", bpe.tokenizer_json());
+  nlohmann::json tc = {{"tokenizer_class", "Qwen2Tokenizer"}, {"model_max_length", 4096},
+                       {"eos_token", "<|im_end|>"},       {"pad_token", "<|endoftext|>"},
+                       {"bos_token", nullptr},            {"clean_up_tokenization_spaces", false},
+                       {"chat_template", kChatTemplate}};
+  write_text(out / "tokenizer_config.json", tc.dump(2) + "\n");
+  nlohmann::json cfg = {{"architectures", nlohmann::json::array({"Qwen2ForCausalLM"})},
+                        {"model_type", "qwen2"},
+                        {"hidden_size", 128},
+                        {"num_hidden_layers", 4},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2},
+                        {"intermediate_size", 384},
+                        {"vocab_size", V},
+                        {"max_position_embeddings", 4096},
+                        {"rms_norm_eps", 1e-6},
+                        {"rope_theta", 1000000.0},
+                        {"hidden_act", "silu"},
+                        {"tie_word_embeddings", true},
+                        {"use_sliding_window", false},
+                        {"sliding_window", nullptr},
+                        {"max_window_layers", 4},
+                        {"attention_dropout", 0.0},
+                        {"initializer_range", 0.02},
+                        {"use_cache", true},
+                        {"bos_token_id", eot},
+                        {"eos_token_id", im_end},
+                        {"torch_dtype", "float32"}};
+  const std::string cfg_text = cfg.dump(2) + "\n";
+  write_text(out / "config.json", cfg_text);
+  nlohmann::json gc = {{"bos_token_id", eot},  {"eos_token_id", {im_end, eot}}, {"pad_token_id", eot},
+                       {"do_sample", true},    {"temperature", 0.7},            {"top_p", 0.8},
+                       {"top_k", 20}};
+  write_text(out / "generation_config.json", gc.dump(2) + "\n");
+
+  const ModelConfig c = parse_model_config(cfg_text, (out / "config.json").string());
+  Transformer model(c);
+  auto gen = at::globalContext().defaultGenerator(torch::kCPU).clone();
+  gen.set_current_seed(seed);
+  std::map<std::string, torch::Tensor> tensors;
+  {
+    torch::NoGradGuard ng;
+    for (auto& [name, p] : model->hf_state_dict()) {
+      if (name.ends_with("norm.weight")) p.fill_(1.0);
+      else if (name.ends_with(".bias")) p.zero_();
+      else p.normal_(0.0, 0.02, gen);
+      tensors[name] = p.contiguous();
+    }
+  }
+  info.num_parameters = model->num_parameters();
+  write_safetensors(out / "model.safetensors", tensor_bytes(tensors), {{"format", "pt"}});
+  return info;
+}
+
+}  // namespace leap::model

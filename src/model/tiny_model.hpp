@@ -1,0 +1,25 @@
+#pragma once
+// `leap model init --preset tiny`: a small random Qwen2-style checkpoint as a real HF folder.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace leap::model {
+
+/// What init_tiny_model wrote.
+struct TinyModelInfo {
+  int64_t vocab_size = 0;       ///< tokenizer ids == embedding rows
+  int64_t num_parameters = 0;
+  int64_t corpus_documents = 0; ///< files the tokenizer was trained on (0 = built-in text)
+};
+
+/// Writes config.json, generation_config.json, model.safetensors (fp32, random N(0, 0.02)
+/// weights from `seed`), tokenizer.json (byte-level BPE trained here on the task.yaml and
+/// solutions/*.md files under `corpus_dir`, or a built-in text when there are none; 1024 ids
+/// including <|endoftext|>, <|im_start|>, <|im_end|>) and tokenizer_config.json to `out`.
+/// Preset "tiny": hidden 128, 4 layers, 4 heads, 2 KV heads, MLP 384, tied embeddings.
+/// Throws leap::ModelError for an unknown preset or an unwritable folder.
+TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::filesystem::path& corpus_dir,
+                              const std::string& preset = "tiny", uint64_t seed = 0);
+
+}  // namespace leap::model

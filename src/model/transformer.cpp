@@ -1,0 +1,519 @@
+#include "model/transformer.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors_torch.hpp"
+#include "model/safetensors_writer.hpp"
+#include "util/error.hpp"
+
+namespace leap::model {
+
+namespace {
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+std::string shape_str(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+// ---- Linear / RMSNorm / Embedding --------------------------------------------------------
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+  if (has_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  auto y = at::linear(x, weight, bias);
+  if (lora_a.defined()) y = y + at::linear(at::linear(x, lora_a), lora_b) * lora_scale;
+  return y;
+}
+
+void LinearImpl::add_lora(int64_t rank, double alpha) {
+  auto opts = weight.options();
+  auto a = torch::empty({rank, weight.size(1)}, opts);
+  torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+  lora_a = register_parameter("lora_a", a);
+  lora_b = register_parameter("lora_b", torch::zeros({weight.size(0), rank}, opts));
+  lora_scale = alpha / static_cast<double>(rank);
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto h = x.to(torch::kFloat32);
+  auto var = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(var + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t n, int64_t d) { weight = register_parameter("weight", torch::empty({n, d})); }
+
+// ---- Rotary ------------------------------------------------------------------------------
+
+void check_supported(const ModelConfig& c) {
+  const auto& t = c.rope_scaling.type;
+  if (t != "default" && t != "llama3")
+    throw ModelError("model_type " + c.model_type_name + ": rope scaling type '" + t +
+                     "' is not implemented (leap supports: default, llama3)");
+  if (c.hidden_act != "silu")
+    throw ModelError("model_type " + c.model_type_name + ": hidden_act '" + c.hidden_act +
+                     "' is not implemented (leap supports: silu)");
+  if (c.use_sliding_window)
+    throw ModelError("model_type " + c.model_type_name + ": use_sliding_window is not implemented");
+  if (c.head_dim % 2 != 0) throw ModelError("head_dim must be even for rotary embeddings");
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    throw ModelError("num_attention_heads must be a multiple of num_key_value_heads");
+}
+
+Rotary::Rotary(const ModelConfig& c) {
+  const int64_t dim = c.head_dim;
+  auto idx = torch::arange(0, dim, 2, torch::kInt64).to(torch::kFloat32);
+  inv_freq = 1.0 / torch::pow(c.rope_theta, idx / static_cast<double>(dim));
+  if (c.rope_scaling.type == "llama3") {
+    const auto& r = c.rope_scaling;
+    const double old_ctx = static_cast<double>(r.original_max_position_embeddings);
+    const double low_wl = old_ctx / r.low_freq_factor, high_wl = old_ctx / r.high_freq_factor;
+    auto wavelen = 2 * M_PI / inv_freq;
+    auto llama = torch::where(wavelen > low_wl, inv_freq / r.factor, inv_freq);
+    auto smooth = (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    auto smoothed = (1 - smooth) * llama / r.factor + smooth * llama;
+    auto medium = (wavelen >= high_wl).logical_and(wavelen <= low_wl);
+    inv_freq = torch::where(medium, smoothed, llama);
+  } else if (c.rope_scaling.type != "default") {
+    check_supported(c);
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> Rotary::cos_sin(const torch::Tensor& positions) const {
+  auto f = inv_freq.to(positions.device());
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(-1) * f;  // [B, T, D/2]
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos() * attention_scaling, emb.sin() * attention_scaling};
+}
+
+void KVCache::select_rows(const torch::Tensor& rows) {
+  for (auto& t : k) t = t.index_select(0, rows);
+  for (auto& t : v) t = t.index_select(0, rows);
+}
+
+// ---- Attention / MLP / Layer ---------------------------------------------------------------
+
+namespace {
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& c)
+      : heads(c.num_attention_heads), kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
+    q_proj = register_module("q_proj", Linear(c.hidden_size, heads * head_dim, c.qkv_bias));
+    k_proj = register_module("k_proj", Linear(c.hidden_size, kv_heads * head_dim, c.qkv_bias));
+    v_proj = register_module("v_proj", Linear(c.hidden_size, kv_heads * head_dim, c.qkv_bias));
+    o_proj = register_module("o_proj", Linear(heads * head_dim, c.hidden_size, c.o_proj_bias));
+    if (c.qk_norm) {
+      q_norm = register_module("q_norm", RMSNorm(head_dim, c.rms_norm_eps));
+      k_norm = register_module("k_norm", RMSNorm(head_dim, c.rms_norm_eps));
+    }
+  }
+
+  // cos/sin [B, 1, T, D] in x's dtype; mask [B, 1, T, S] bool or undefined (then causal if T>1).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask, torch::Tensor* kc, torch::Tensor* vc, int64_t past) {
+    const int64_t B = x.size(0), T = x.size(1);
+    auto q = q_proj(x).view({B, T, heads, head_dim});
+    auto k = k_proj(x).view({B, T, kv_heads, head_dim});
+    auto v = v_proj(x).view({B, T, kv_heads, head_dim}).transpose(1, 2);
+    if (q_norm) {
+      q = q_norm(q);
+      k = k_norm(k);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+    if (kc != nullptr) {
+      kc->narrow(2, past, T).copy_(k);
+      vc->narrow(2, past, T).copy_(v);
+      k = kc->narrow(2, 0, past + T);
+      v = vc->narrow(2, 0, past + T);
+    }
+    const bool causal = !mask.defined() && T > 1 && past == 0;
+    auto mk = mask;
+    if (!mask.defined() && T > 1 && past > 0) {
+      auto qi = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+      auto kj = torch::arange(0, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+      mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, T, past + T});
+    }
+    auto out = at::scaled_dot_product_attention(q, k, v, mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt,
+                                                0.0, causal, std::nullopt, heads != kv_heads);
+    return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));
+  }
+
+  int64_t heads, kv_heads, head_dim;
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const ModelConfig& c) {
+    gate_proj = register_module("gate_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+    up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+    down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+}  // namespace
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  explicit DecoderLayerImpl(const ModelConfig& c) {
+    self_attn = register_module("self_attn", Attention(c));
+    mlp = register_module("mlp", Mlp(c));
+    input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask, torch::Tensor* kc, torch::Tensor* vc, int64_t past) {
+    auto h = x + self_attn(input_layernorm(x), cos, sin, mask, kc, vc, past);
+    return h + mlp(post_attention_layernorm(h));
+  }
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+
+// The Impl classes in the anonymous namespace are only used here.
+
+// ---- Checkpoint ----------------------------------------------------------------------------
+
+namespace {
+
+using CkptFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
+struct FnHolder : torch::CustomClassHolder {
+  CkptFn fn;
+  int64_t n_inputs = 0;
+};
+
+struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                c10::intrusive_ptr<FnHolder> holder, at::TensorList all) {
+    std::vector<torch::Tensor> ins(all.begin(), all.begin() + holder->n_inputs);
+    ctx->save_for_backward(std::vector<torch::Tensor>(all.begin(), all.end()));
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
+    auto outs = holder->fn(ins);
+    return outs;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto holder = c10::static_intrusive_pointer_cast<FnHolder>(ctx->saved_data["fn"].toCapsule());
+    auto saved = ctx->get_saved_variables();
+    const int64_t n = holder->n_inputs;
+    std::vector<torch::Tensor> ins;
+    std::vector<torch::Tensor> targets;
+    std::vector<int64_t> target_idx;
+    for (int64_t i = 0; i < static_cast<int64_t>(saved.size()); ++i) {
+      auto t = saved[i];
+      if (i < n) {
+        auto d = t.detach().requires_grad_(t.requires_grad());
+        ins.push_back(d);
+        if (t.requires_grad()) { targets.push_back(d); target_idx.push_back(i); }
+      } else if (t.requires_grad()) {
+        targets.push_back(t);
+        target_idx.push_back(i);
+      }
+    }
+    std::vector<torch::Tensor> outs, gouts;
+    {
+      torch::AutoGradMode on(true);
+      auto res = holder->fn(ins);
+      for (size_t i = 0; i < res.size(); ++i)
+        if (res[i].requires_grad() && i < grads.size() && grads[i].defined()) {
+          outs.push_back(res[i]);
+          gouts.push_back(grads[i]);
+        }
+    }
+    torch::autograd::variable_list result(1 + saved.size());
+    if (!outs.empty() && !targets.empty()) {
+      auto g = torch::autograd::grad(outs, targets, gouts, /*retain_graph=*/false, /*create_graph=*/false,
+                                     /*allow_unused=*/true);
+      for (size_t j = 0; j < g.size(); ++j) result[1 + target_idx[j]] = g[j];
+    }
+    return result;
+  }
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> checkpoint(CkptFn fn, const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& params) {
+  bool any = torch::GradMode::is_enabled();
+  bool needs = false;
+  for (auto& t : inputs) needs = needs || t.requires_grad();
+  for (auto& t : params) needs = needs || t.requires_grad();
+  if (!any || !needs) return fn(inputs);
+  auto holder = c10::make_intrusive<FnHolder>();
+  holder->fn = std::move(fn);
+  holder->n_inputs = static_cast<int64_t>(inputs.size());
+  std::vector<torch::Tensor> all(inputs);
+  for (auto& p : params)
+    if (p.requires_grad()) all.push_back(p);
+  return CheckpointFunction::apply(holder, at::TensorList(all));
+}
+
+// ---- Transformer ---------------------------------------------------------------------------
+
+TransformerImpl::TransformerImpl(const ModelConfig& c) : rotary(c), config_(c) {
+  check_supported(c);
+  embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size));
+  auto list = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(std::make_shared<DecoderLayerImpl>(c));
+    list->push_back(layers.back());
+  }
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  if (!c.tie_word_embeddings) lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false));
+}
+
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                       const torch::Tensor& key_mask, KVCache* cache) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t past = cache ? cache->length : 0;
+  if (cache && past + T > cache->max_len)
+    throw ModelError("KV cache holds " + std::to_string(cache->max_len) + " positions; " +
+                     std::to_string(past + T) + " needed");
+  auto pos = positions;
+  if (!pos.defined())
+    pos = torch::arange(past, past + T, tokens.options().dtype(torch::kInt64)).unsqueeze(0).expand({B, T});
+  auto [cos, sin] = rotary.cos_sin(pos);
+  const auto dt = dtype();
+  cos = cos.to(dt).unsqueeze(1);
+  sin = sin.to(dt).unsqueeze(1);
+  torch::Tensor mask;
+  if (key_mask.defined()) {
+    const int64_t S = past + T;
+    TORCH_CHECK(key_mask.size(0) == B && key_mask.size(1) == S, "key_mask must be [B, past + T]");
+    auto dev = tokens.device();
+    auto qi = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kInt64).device(dev)).view({T, 1});
+    auto kj = torch::arange(0, S, torch::TensorOptions().dtype(torch::kInt64).device(dev)).view({1, S});
+    auto causal = (kj <= qi).view({1, 1, T, S});
+    auto self = (kj == qi).view({1, 1, T, S});
+    mask = causal.logical_and(key_mask.to(torch::kBool).view({B, 1, 1, S})).logical_or(self);
+  }
+  auto h = embed_tokens(tokens);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto& layer = layers[i];
+    torch::Tensor* kc = cache ? &cache->k[i] : nullptr;
+    torch::Tensor* vc = cache ? &cache->v[i] : nullptr;
+    if (checkpointing_ && cache == nullptr && torch::GradMode::is_enabled()) {
+      std::vector<torch::Tensor> params;
+      for (auto& p : layer->parameters())
+        if (p.requires_grad()) params.push_back(p);
+      auto fn = [layer, cos = cos, sin = sin, mask](const std::vector<torch::Tensor>& in) mutable {
+        return std::vector<torch::Tensor>{layer->forward(in[0], cos, sin, mask, nullptr, nullptr, 0)};
+      };
+      h = checkpoint(fn, {h}, params)[0];
+    } else {
+      h = layer->forward(h, cos, sin, mask, kc, vc, past);
+    }
+  }
+  if (cache) cache->length = past + T;
+  return norm(h);
+}
+
+torch::Tensor TransformerImpl::logits(const torch::Tensor& hidden) {
+  if (lm_head) return lm_head(hidden);
+  return at::linear(hidden, embed_tokens->weight);
+}
+
+torch::Tensor TransformerImpl::forward_logits(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                              const torch::Tensor& key_mask, KVCache* cache) {
+  return logits(forward(tokens, positions, key_mask, cache)).to(torch::kFloat32);
+}
+
+KVCache TransformerImpl::make_cache(int64_t batch, int64_t max_len) const {
+  KVCache c;
+  c.max_len = max_len;
+  auto opts = embed_tokens->weight.options().requires_grad(false);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    c.k.push_back(torch::empty({batch, config_.num_key_value_heads, max_len, config_.head_dim}, opts));
+    c.v.push_back(torch::empty({batch, config_.num_key_value_heads, max_len, config_.head_dim}, opts));
+  }
+  return c;
+}
+
+namespace {
+bool is_lora_name(const std::string& n) {
+  return n.size() >= 6 && (n.ends_with("lora_a") || n.ends_with("lora_b"));
+}
+std::string hf_name(const std::string& n) { return n.starts_with("lm_head") ? n : "model." + n; }
+}  // namespace
+
+std::map<std::string, torch::Tensor> TransformerImpl::hf_state_dict() const {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : named_parameters(true))
+    if (!is_lora_name(item.key())) out[hf_name(item.key())] = item.value();
+  return out;
+}
+
+void TransformerImpl::load(const SafetensorsCheckpoint& ckpt) {
+  auto params = hf_state_dict();
+  const std::string src = ckpt.source().string();
+  for (const auto& name : ckpt.names()) {
+    if (params.count(name)) continue;
+    if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;
+    if (name.ends_with(".rotary_emb.inv_freq")) continue;
+    throw ModelError(src + ": unexpected tensor '" + name + "' for model_type " + config_.model_type_name +
+                     " (the config does not use it)");
+  }
+  torch::NoGradGuard ng;
+  for (auto& [name, p] : params) {
+    const TensorView* v = ckpt.find(name);
+    if (v == nullptr) throw ModelError(src + ": missing tensor '" + name + "'");
+    if (at::IntArrayRef(v->shape) != p.sizes())
+      throw ModelError(src + ": tensor '" + name + "' has shape " + shape_str(v->shape) + ", the config needs " +
+                       shape_str(p.sizes()));
+    p.copy_(to_torch(*v, /*copy=*/false));
+  }
+}
+
+int64_t TransformerImpl::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, p] : hf_state_dict()) n += p.numel();
+  return n;
+}
+
+void TransformerImpl::add_lora(const LoraOptions& opts) {
+  const std::set<std::string> targets(opts.targets.begin(), opts.targets.end());
+  for (auto& p : parameters()) p.requires_grad_(false);
+  for (const auto& item : named_modules()) {
+    const std::string& key = item.key();
+    const auto dot = key.rfind('.');
+    const std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
+    if (!targets.count(leaf)) continue;
+    if (auto* lin = item.value()->as<LinearImpl>()) lin->add_lora(opts.rank, opts.alpha);
+  }
+}
+
+std::map<std::string, torch::Tensor> TransformerImpl::lora_state_dict() const {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : named_parameters(true)) {
+    const std::string& k = item.key();
+    if (!is_lora_name(k)) continue;
+    const std::string base = k.substr(0, k.size() - std::string("lora_a").size());
+    const std::string which = k.ends_with("lora_a") ? "lora_A" : "lora_B";
+    out["base_model.model.model." + base + which + ".weight"] = item.value();
+  }
+  return out;
+}
+
+void TransformerImpl::save_lora(const std::filesystem::path& dir) const {
+  std::filesystem::create_directories(dir);
+  std::map<std::string, torch::Tensor> cpu;
+  int64_t rank = 0;
+  double scale = 0;
+  std::set<std::string> targets;
+  for (const auto& item : named_modules()) {
+    if (auto* lin = item.value()->as<LinearImpl>(); lin && lin->has_lora()) {
+      rank = lin->lora_a.size(0);
+      scale = lin->lora_scale;
+      const auto& key = item.key();
+      targets.insert(key.substr(key.rfind('.') + 1));
+    }
+  }
+  for (auto& [k, v] : lora_state_dict()) cpu[k] = v.detach().to(torch::kCPU).contiguous();
+  write_safetensors(dir / "adapter_model.safetensors", tensor_bytes(cpu));
+  nlohmann::json j = {{"peft_type", "LORA"}, {"r", rank}, {"lora_alpha", scale * static_cast<double>(rank)},
+                      {"target_modules", std::vector<std::string>(targets.begin(), targets.end())},
+                      {"bias", "none"}, {"task_type", "CAUSAL_LM"}};
+  std::ofstream(dir / "adapter_config.json") << j.dump(2) << "\n";
+}
+
+void TransformerImpl::load_lora(const std::filesystem::path& dir) {
+  auto ckpt = SafetensorsCheckpoint::open(dir / "adapter_model.safetensors");
+  auto mine = lora_state_dict();
+  torch::NoGradGuard ng;
+  for (const auto& name : ckpt.names())
+    if (!mine.count(name)) throw ModelError(dir.string() + ": unexpected LoRA tensor '" + name + "'");
+  for (auto& [name, p] : mine) {
+    const TensorView* v = ckpt.find(name);
+    if (!v) throw ModelError(dir.string() + ": missing LoRA tensor '" + name + "'");
+    if (at::IntArrayRef(v->shape) != p.sizes())
+      throw ModelError(dir.string() + ": LoRA tensor '" + name + "' has shape " + shape_str(v->shape) +
+                       ", the model needs " + shape_str(p.sizes()));
+    p.copy_(to_torch(*v, false));
+  }
+}
+
+Transformer load_transformer(const std::filesystem::path& dir, torch::ScalarType dtype, torch::Device device) {
+  const ModelConfig c = load_model_config(dir);
+  auto ckpt = SafetensorsCheckpoint::open(dir);
+  Transformer m(c);
+  m->load(ckpt);
+  m->to(device, dtype);
+  m->eval();
+  return m;
+}
+
+torch::Tensor positions_from_mask(const torch::Tensor& attention_mask) {
+  auto m = attention_mask.to(torch::kInt64);
+  auto pos = m.cumsum(-1) - 1;
+  return pos.masked_fill(m == 0, 1);
+}
+
+TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                  int64_t completion_len, double temperature, int64_t chunk) {
+  const int64_t S = tokens.size(1), C = completion_len;
+  TORCH_CHECK(C >= 1 && C < S, "completion_len must be in [1, seq_len)");
+  torch::Tensor pos, mask;
+  if (attention_mask.defined()) {
+    pos = positions_from_mask(attention_mask);
+    mask = attention_mask.to(torch::kBool);
+  }
+  auto hidden = model->forward(tokens, pos, mask);
+  auto h = hidden.narrow(1, S - C - 1, C);
+  auto targets = tokens.narrow(1, S - C, C);
+  std::vector<torch::Tensor> params;
+  auto w = model->lm_head ? model->lm_head->weight : model->embed_tokens->weight;
+  if (w.requires_grad()) params.push_back(w);
+  if (model->lm_head && model->lm_head->has_lora()) {
+    params.push_back(model->lm_head->lora_a);
+    params.push_back(model->lm_head->lora_b);
+  }
+  std::vector<torch::Tensor> lps, ents;
+  for (int64_t s = 0; s < C; s += chunk) {
+    const int64_t n = std::min(chunk, C - s);
+    auto tg = targets.narrow(1, s, n);
+    auto fn = [model, tg, temperature](const std::vector<torch::Tensor>& in) mutable {
+      auto logits = model->logits(in[0]).to(torch::kFloat32);
+      if (temperature != 1.0) logits = logits / temperature;
+      auto lsm = torch::log_softmax(logits, -1);
+      auto lp = lsm.gather(-1, tg.unsqueeze(-1)).squeeze(-1);
+      auto ent = -(lsm.exp() * lsm).sum(-1);
+      return std::vector<torch::Tensor>{lp, ent};
+    };
+    auto out = checkpoint(fn, {h.narrow(1, s, n)}, params);
+    lps.push_back(out[0]);
+    ents.push_back(out[1]);
+  }
+  return {torch::cat(lps, 1), torch::cat(ents, 1)};
+}
+
+}  // namespace leap::model

@@ -1,0 +1,171 @@
+#pragma once
+// Decoder-only transformer (Qwen2, Qwen3, Llama) as torch::nn modules, loaded from a Hugging Face
+// checkpoint folder by HF tensor names, plus the KV cache and the training log-prob forward.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
+
+namespace leap::model {
+
+/// LoRA settings for the attention (q/k/v/o) and MLP (gate/up/down) projections.
+struct LoraOptions {
+  int64_t rank = 8;
+  double alpha = 16.0;
+  /// Projection names to adapt ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj").
+  std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+};
+
+/// A linear projection with optional bias and an optional LoRA adapter: y = xW^T + b + s * (x A^T) B^T.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias);
+  torch::Tensor forward(const torch::Tensor& x);
+  /// Adds a LoRA adapter (A ~ kaiming-uniform, B = 0, so the output is unchanged).
+  void add_lora(int64_t rank, double alpha);
+  bool has_lora() const { return lora_a.defined(); }
+  torch::Tensor weight, bias, lora_a, lora_b;
+  double lora_scale = 0.0;
+};
+TORCH_MODULE(Linear);
+
+/// Token embedding table [vocab, hidden].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t n, int64_t d);
+  torch::Tensor forward(const torch::Tensor& ids) { return at::embedding(weight, ids); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+/// RMSNorm computed in fp32, scaled by the weight in the input dtype (as HF).
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+/// Rotary embedding tables: inv_freq (fp32) from rope_theta and the rope scaling ("default" or
+/// "llama3"; anything else is refused with leap::ModelError).
+class Rotary {
+ public:
+  Rotary() = default;
+  explicit Rotary(const ModelConfig& c);
+  /// cos and sin [B, T, head_dim] in fp32 for `positions` [B, T] (int64).
+  std::pair<torch::Tensor, torch::Tensor> cos_sin(const torch::Tensor& positions) const;
+  torch::Tensor inv_freq;  ///< [head_dim / 2] fp32 (CPU until moved with to())
+  double attention_scaling = 1.0;
+};
+
+/// Key/value cache preallocated for `max_len` positions: per layer [B, Hkv, max_len, D].
+/// All rows share one write position `length` (prompts are left padded).
+struct KVCache {
+  std::vector<torch::Tensor> k, v;
+  int64_t length = 0;   ///< positions written so far
+  int64_t max_len = 0;
+  /// Keeps only the batch rows `rows` (int64 indices on the cache's device).
+  void select_rows(const torch::Tensor& rows);
+};
+
+class DecoderLayerImpl;  // attention + MLP block (defined in transformer.cpp)
+
+/// The causal LM. forward() returns final hidden states; logits() applies the LM head.
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelConfig& config);
+
+  /// Hidden states after the final norm, [B, T, hidden].
+  /// `tokens` [B, T] int64. `positions` [B, T] int64 (rotary positions).
+  /// `key_mask` [B, S] bool: which cache+new positions are real tokens (S = cache->length + T if
+  /// a cache is given, else T); undefined means every position is real. Attention is causal.
+  /// With a cache, the new keys/values are written at cache->length and length advances by T.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                        const torch::Tensor& key_mask = {}, KVCache* cache = nullptr);
+  /// LM head on hidden states: [..., hidden] -> [..., vocab] in the model dtype.
+  torch::Tensor logits(const torch::Tensor& hidden);
+  /// forward + logits, converted to fp32.
+  torch::Tensor forward_logits(const torch::Tensor& tokens, const torch::Tensor& positions = {},
+                               const torch::Tensor& key_mask = {}, KVCache* cache = nullptr);
+
+  /// A cache for `batch` rows and `max_len` positions on the model's device and dtype.
+  KVCache make_cache(int64_t batch, int64_t max_len) const;
+
+  /// Loads every weight by its HF name; errors (leap::ModelError) name the missing, unexpected
+  /// or mis-shaped tensor. lm_head.weight is optional (and ignored) when embeddings are tied.
+  void load(const SafetensorsCheckpoint& ckpt);
+  /// The weights by HF name (tied lm_head omitted), for saving.
+  std::map<std::string, torch::Tensor> hf_state_dict() const;
+
+  /// Recompute each decoder layer in the backward pass instead of storing its activations.
+  void set_gradient_checkpointing(bool on) { checkpointing_ = on; }
+  bool gradient_checkpointing() const { return checkpointing_; }
+
+  /// Adds LoRA adapters and freezes every other weight (requires_grad false).
+  void add_lora(const LoraOptions& opts);
+  /// The LoRA tensors by PEFT name ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
+  std::map<std::string, torch::Tensor> lora_state_dict() const;
+  /// Writes the adapter (adapter_model.safetensors + adapter_config.json) to `dir`.
+  void save_lora(const std::filesystem::path& dir) const;
+  /// Loads an adapter saved by save_lora into the already added adapters (same targets/rank).
+  void load_lora(const std::filesystem::path& dir);
+
+  const ModelConfig& config() const { return config_; }
+  torch::Device device() const { return embed_tokens->weight.device(); }
+  torch::ScalarType dtype() const { return embed_tokens->weight.scalar_type(); }
+  /// Number of parameters (tied weights counted once, LoRA excluded).
+  int64_t num_parameters() const;
+
+  Embedding embed_tokens{nullptr};
+  std::vector<std::shared_ptr<DecoderLayerImpl>> layers;
+  RMSNorm norm{nullptr};
+  Linear lm_head{nullptr};  ///< null when tied
+  Rotary rotary;
+
+ private:
+  ModelConfig config_;
+  bool checkpointing_ = false;
+};
+TORCH_MODULE(Transformer);
+
+/// Checks the config for features leap implements (rope type, activation, sliding window);
+/// throws leap::ModelError naming them.
+void check_supported(const ModelConfig& c);
+
+/// Loads config.json + safetensors from `dir` into a model of `dtype` on `device`.
+Transformer load_transformer(const std::filesystem::path& dir, torch::ScalarType dtype = torch::kFloat32,
+                             torch::Device device = torch::kCPU);
+
+/// Per-token log-probs and entropies of the completion.
+struct TokenLogProbs {
+  torch::Tensor logprobs;  ///< [B, C] fp32, with autograd
+  torch::Tensor entropy;   ///< [B, C] fp32
+};
+
+/// Log-probs of the last C = completion_len tokens of `tokens` [B, S] (prompt + completion,
+/// prompts left padded, completions right padded; `attention_mask` [B, S] marks real tokens,
+/// undefined = all real). Positions follow the mask. The LM head + log_softmax run over
+/// `chunk` positions at a time, each chunk recomputed in backward, so no [B, S, vocab] fp32
+/// tensor is ever held. Logits are divided by `temperature` first.
+TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens,
+                                  const torch::Tensor& attention_mask, int64_t completion_len,
+                                  double temperature = 1.0, int64_t chunk = 64);
+
+/// Rotary positions from an attention mask [B, S]: cumsum - 1 (1 at padding, as HF generate).
+torch::Tensor positions_from_mask(const torch::Tensor& attention_mask);
+
+/// Runs `fn(inputs)` without storing its graph; recomputes it in backward (activation
+/// checkpointing). `params` are the tensors fn closes over that need gradients.
+std::vector<torch::Tensor> checkpoint(std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)> fn,
+                                      const std::vector<torch::Tensor>& inputs,
+                                      const std::vector<torch::Tensor>& params);
+
+}  // namespace leap::model

@@ -1,0 +1,249 @@
+// Transformer forward, generation and training log-probs against `transformers`.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include "model/generate.hpp"
+#include "model/safetensors_torch.hpp"
+#include "model/transformer.hpp"
+#include "model_fixtures.hpp"
+#include "util/error.hpp"
+
+using namespace leap::model;
+namespace fs = std::filesystem;
+
+TEST_SUITE_BEGIN("model");
+
+namespace {
+
+// One python run for every test case of this file.
+const fs::path& fixture_dir() {
+  static leap_test::TempDir dir;
+  static bool made = false;
+  if (!made) {
+    std::string log;
+    REQUIRE_MESSAGE(leap_test::run_tool("transformer_fixture.py", leap_test::shell_quote(dir.path.string()),
+                                        "torch, transformers, safetensors", &log) == 0,
+                    log);
+    made = true;
+  }
+  return dir.path;
+}
+
+std::map<std::string, torch::Tensor> reference(const fs::path& d) {
+  auto ck = SafetensorsCheckpoint::open(d / "reference.safetensors");
+  std::map<std::string, torch::Tensor> out;
+  for (auto& n : ck.names()) out[n] = to_torch(ck.at(n));
+  return out;
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+const char* kModels[] = {"qwen2", "qwen3", "llama"};
+
+}  // namespace
+
+TEST_CASE("model: transformer logits match transformers (qwen2, qwen3, llama3 rope), fp32") {
+  const auto& root = fixture_dir();
+  for (const std::string name : kModels) {
+    INFO("model " << name);
+    auto model = load_transformer(root / name);
+    auto ref = reference(root / name);
+    torch::NoGradGuard ng;
+    auto logits = model->forward_logits(ref["input_ids"]);
+    const double d = max_diff(logits, ref["logits"]);
+    MESSAGE(name << " max |logit diff| (no padding) = " << d);
+    CHECK(d < 1e-4);
+    auto pad_mask = ref["pad_mask"].to(torch::kBool);
+    auto pl = model->forward_logits(ref["pad_ids"], ref["pad_positions"], pad_mask);
+    auto sel = pad_mask.unsqueeze(-1).expand_as(pl);
+    const double dp = max_diff(pl.masked_select(sel), ref["pad_logits"].masked_select(sel));
+    MESSAGE(name << " max |logit diff| (left padded) = " << dp);
+    CHECK(dp < 1e-4);
+    // The KV cache path gives the same logits as one full forward.
+    KVCache cache = model->make_cache(3, 16);
+    auto ids = ref["input_ids"];
+    auto a = model->forward_logits(ids.narrow(1, 0, 6), {}, {}, &cache);
+    auto b = model->forward_logits(ids.narrow(1, 6, 5), {}, {}, &cache);
+    CHECK(max_diff(torch::cat({a, b}, 1), ref["logits"]) < 1e-4);
+  }
+}
+
+TEST_CASE("model: batched greedy generation matches transformers generate() token for token") {
+  const auto& root = fixture_dir();
+  for (const std::string name : kModels) {
+    INFO("model " << name);
+    auto model = load_transformer(root / name);
+    const auto g = leap_test::read_json(root / name / "generate.json");
+    const auto prompts = g["prompts"].get<std::vector<std::vector<int64_t>>>();
+    const auto greedy = g["greedy"].get<std::vector<std::vector<int64_t>>>();
+    const int64_t eos = g["eos"].get<int64_t>();
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_new_tokens = g["new_tokens"].get<int64_t>();
+    p.stop_ids = {eos};
+    auto out = generate(model, prompts, p);
+    REQUIRE(out.size() == greedy.size());
+    int stopped = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      INFO("prompt " << i);
+      CHECK(out[i].tokens == greedy[i]);
+      const bool hit = !greedy[i].empty() && greedy[i].back() == eos;
+      stopped += hit;
+      CHECK(out[i].finish == (hit ? FinishReason::StopToken : FinishReason::Length));
+      CHECK(out[i].logprobs.size() == out[i].tokens.size());
+    }
+    MESSAGE(name << ": " << stopped << " of " << out.size() << " greedy rows stopped on EOS");
+    // One at a time gives the same as batched.
+    auto single = generate(model, {prompts[2]}, p);
+    CHECK(single[0].tokens == greedy[2]);
+    // Stop on another token too: row 0 stops at the first occurrence of its 3rd token.
+    SamplingParams s = p;
+    const int64_t stop = greedy[0][std::min<size_t>(2, greedy[0].size() - 1)];
+    s.stop_ids = {eos, stop};
+    auto st = generate(model, prompts, s);
+    for (size_t i = 0; i < st.size(); ++i) {
+      auto it = std::find(greedy[i].begin(), greedy[i].end(), stop);
+      std::vector<int64_t> want(greedy[i].begin(), it == greedy[i].end() ? it : it + 1);
+      CHECK(st[i].tokens == want);
+      const bool hit = it != greedy[i].end() || greedy[i].back() == eos;
+      CHECK(st[i].finish == (hit ? FinishReason::StopToken : FinishReason::Length));
+    }
+    s.stop_ids.clear();
+    s.max_new_tokens = 7;
+    for (auto& c : generate(model, prompts, s)) CHECK(c.tokens.size() == 7);
+  }
+}
+
+TEST_CASE("model: sampling is reproducible with a seed; top_k=1 is greedy") {
+  const auto& root = fixture_dir();
+  auto model = load_transformer(root / "llama");
+  const auto g = leap_test::read_json(root / "llama" / "generate.json");
+  const auto prompts = g["prompts"].get<std::vector<std::vector<int64_t>>>();
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.top_p = 0.95;
+  p.max_new_tokens = 16;
+  p.seed = 1234;
+  auto a = generate(model, prompts, p);
+  auto b = generate(model, prompts, p);
+  p.seed = 99;
+  auto c = generate(model, prompts, p);
+  bool any_diff = false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].tokens == b[i].tokens);
+    CHECK(a[i].logprobs == b[i].logprobs);
+    any_diff = any_diff || a[i].tokens != c[i].tokens;
+    for (float lp : a[i].logprobs) CHECK(lp <= 0.0f);
+  }
+  CHECK(any_diff);
+  p.top_k = 1;
+  p.top_p = 1.0;
+  auto k1 = generate(model, prompts, p);
+  const auto greedy = g["greedy"].get<std::vector<std::vector<int64_t>>>();
+  for (size_t i = 0; i < k1.size(); ++i) {
+    const size_t n = std::min<size_t>(16, greedy[i].size());
+    CHECK(std::vector<int64_t>(k1[i].tokens.begin(), k1[i].tokens.begin() + n) ==
+          std::vector<int64_t>(greedy[i].begin(), greedy[i].begin() + n));
+  }
+}
+
+TEST_CASE("model: completion log-probs for training match log_softmax of the full logits, with gradients") {
+  const auto& root = fixture_dir();
+  for (const std::string name : {"qwen2", "qwen3"}) {
+    INFO("model " << name);
+    auto model = load_transformer(root / name);
+    auto ref = reference(root / name);
+    auto ids = ref["pad_ids"];
+    auto mask = ref["pad_mask"];
+    const int64_t C = 4, S = ids.size(1);
+    auto full = model->forward_logits(ids, positions_from_mask(mask), mask.to(torch::kBool));
+    auto want = torch::log_softmax(full, -1).narrow(1, S - C - 1, C).gather(-1, ids.narrow(1, S - C, C).unsqueeze(-1)).squeeze(-1);
+    auto lsm = torch::log_softmax(full, -1).narrow(1, S - C - 1, C);
+    auto want_ent = -(lsm.exp() * lsm).sum(-1);
+    auto got = completion_logprobs(model, ids, mask, C, 1.0, /*chunk=*/3);
+    CHECK(max_diff(got.logprobs, want) < 1e-5);
+    CHECK(max_diff(got.entropy, want_ent) < 1e-4);
+    // Gradients: same with and without chunk checkpointing / layer checkpointing.
+    model->zero_grad();
+    auto l1 = completion_logprobs(model, ids, mask, C, 0.7, 2);
+    (l1.logprobs.sum() + 0.1 * l1.entropy.sum()).backward();
+    std::vector<torch::Tensor> g1;
+    for (auto& p : model->parameters()) {
+      REQUIRE(p.grad().defined());
+      g1.push_back(p.grad().clone());
+    }
+    CHECK(g1.front().abs().sum().item<double>() > 0);
+    model->zero_grad();
+    model->set_gradient_checkpointing(true);
+    auto l2 = completion_logprobs(model, ids, mask, C, 0.7, 64);
+    (l2.logprobs.sum() + 0.1 * l2.entropy.sum()).backward();
+    size_t i = 0;
+    double worst = 0;
+    for (auto& p : model->parameters()) worst = std::max(worst, max_diff(p.grad(), g1[i++]));
+    CHECK(worst < 1e-4);
+  }
+}
+
+TEST_CASE("model: LoRA adapters start as a no-op, train only themselves, save and load") {
+  const auto& root = fixture_dir();
+  auto model = load_transformer(root / "qwen3");
+  auto ref = reference(root / "qwen3");
+  LoraOptions lo;
+  lo.rank = 4;
+  model->add_lora(lo);
+  {
+    torch::NoGradGuard ng;
+    CHECK(max_diff(model->forward_logits(ref["input_ids"]), ref["logits"]) < 1e-4);
+  }
+  auto lp = completion_logprobs(model, ref["input_ids"], {}, 3);
+  lp.logprobs.sum().backward();
+  CHECK_FALSE(model->embed_tokens->weight.grad().defined());
+  auto sd = model->lora_state_dict();
+  CHECK(sd.size() == 3 * 7 * 2);
+  CHECK(sd.count("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight") == 1);
+  CHECK(sd.at("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight").grad().abs().sum().item<double>() > 0);
+  {
+    torch::NoGradGuard ng;
+    for (auto& [k, v] : sd) v.add_(0.01);
+  }
+  leap_test::TempDir tmp;
+  model->save_lora(tmp.path / "adapter");
+  auto other = load_transformer(root / "qwen3");
+  other->add_lora(lo);
+  other->load_lora(tmp.path / "adapter");
+  torch::NoGradGuard ng;
+  CHECK(max_diff(model->forward_logits(ref["input_ids"]), other->forward_logits(ref["input_ids"])) < 1e-5);
+  CHECK(max_diff(other->forward_logits(ref["input_ids"]), ref["logits"]) > 1e-3);
+}
+
+TEST_CASE("model: checkpoint errors name the tensor; unsupported rope is refused") {
+  const auto& root = fixture_dir();
+  auto model = load_transformer(root / "llama");
+  auto sd = model->hf_state_dict();
+  leap_test::TempDir tmp;
+  auto write = [&](std::map<std::string, torch::Tensor> m) {
+    for (auto& [k, v] : m) v = v.detach().contiguous();
+    write_safetensors(tmp.path / "model.safetensors", tensor_bytes(m));
+  };
+  fs::copy_file(root / "llama" / "config.json", tmp.path / "config.json");
+  auto missing = sd;
+  missing.erase("model.layers.1.mlp.up_proj.weight");
+  write(missing);
+  CHECK_THROWS_WITH_AS(load_transformer(tmp.path), doctest::Contains("model.layers.1.mlp.up_proj.weight"),
+                       leap::ModelError);
+  auto extra = sd;
+  extra["model.layers.0.self_attn.q_proj.bias"] = torch::zeros({64});
+  write(extra);
+  CHECK_THROWS_WITH_AS(load_transformer(tmp.path), doctest::Contains("model.layers.0.self_attn.q_proj.bias"),
+                       leap::ModelError);
+  auto bad = sd;
+  bad["model.norm.weight"] = torch::zeros({63});
+  write(bad);
+  CHECK_THROWS_WITH_AS(load_transformer(tmp.path), doctest::Contains("model.norm.weight"), leap::ModelError);
+  ModelConfig c = model->config();
+  c.rope_scaling.type = "yarn";
+  CHECK_THROWS_WITH_AS(Transformer{c}, doctest::Contains("yarn"), leap::ModelError);
+}
+
+TEST_SUITE_END();
