@@ -81,6 +81,26 @@ TEST_CASE("model: leap model init writes a tiny HF folder that Python tokenizers
   const double d = (logits - to_torch(ck.at("logits"))).abs().max().item<double>();
   MESSAGE("tiny model max |logit diff| vs transformers = " << d);
   CHECK(d < 1e-4);
+  // Stop strings: a piece of the free-running completion ends the rerun right there.
+  const auto chat = render_chat(ChatFormat::ChatML, {{"user", "Write a kernel"}}, true);
+  const auto pid = tok.encode(chat);
+  const std::vector<int64_t> prompt(pid.begin(), pid.end());
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_new_tokens = 24;
+  auto free = generate(model, {prompt}, p, &tok);
+  REQUIRE(free[0].tokens.size() == 24);
+  CHECK(free[0].text == tok.decode(std::vector<TokenId>(free[0].tokens.begin(), free[0].tokens.end())));
+  const std::string prefix =
+      tok.decode(std::vector<TokenId>(free[0].tokens.begin(), free[0].tokens.begin() + 10));
+  REQUIRE(prefix.size() >= 2);
+  p.stop_strings = {prefix.substr(prefix.size() - 2)};
+  auto stopped = generate(model, {prompt, prompt}, p, &tok);
+  for (auto& c : stopped) {
+    CHECK(c.finish == FinishReason::StopString);
+    CHECK(c.tokens.size() <= 10);
+    CHECK(c.text.find(p.stop_strings[0]) != std::string::npos);
+  }
 }
 
 TEST_CASE("model: leap model init / inspect / tokenize / generate commands") {

@@ -66,6 +66,13 @@ TEST_CASE("model: transformer logits match transformers (qwen2, qwen3, llama3 ro
     auto a = model->forward_logits(ids.narrow(1, 0, 6), {}, {}, &cache);
     auto b = model->forward_logits(ids.narrow(1, 6, 5), {}, {}, &cache);
     CHECK(max_diff(torch::cat({a, b}, 1), ref["logits"]) < 1e-4);
+    // bf16 weights and activations (RMSNorm and rotary tables still in fp32): close to fp32.
+    auto mb = load_transformer(root / name, torch::kBFloat16);
+    CHECK((mb->dtype() == torch::kBFloat16));
+    const double rel = max_diff(mb->forward_logits(ref["input_ids"]), ref["logits"]) /
+                       ref["logits"].abs().max().item<double>();
+    MESSAGE(name << " bf16 max |logit diff| / max |logit| = " << rel);
+    CHECK(rel < 0.05);
   }
 }
 

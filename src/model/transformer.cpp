@@ -468,6 +468,7 @@ Transformer load_transformer(const std::filesystem::path& dir, torch::ScalarType
   Transformer m(c);
   m->load(ckpt);
   m->to(device, dtype);
+  m->rotary.inv_freq = m->rotary.inv_freq.to(device);  // stays fp32
   m->eval();
   return m;
 }
