@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "util/build_info.hpp"
 
 #if LEAP_HAVE_NVRTC
 #include <nvrtc.h>
@@ -17,7 +18,7 @@ Handler add_version(CLI::App& app, const GlobalOptions& g) {
   app.add_subcommand("version", "Print version, git commit, LibTorch version, CUDA and NVRTC availability");
   return [] {
     std::cout << "leap " << LEAP_VERSION << "\n";
-    std::cout << "git commit: " << LEAP_GIT_COMMIT << "\n";
+    std::cout << "git commit: " << leap::git_commit() << "\n";
     std::cout << "libtorch: " << TORCH_VERSION << "\n";
     // torch::cuda::device_count() loads the CUDA runtime lazily and asks the driver; with no
     // driver or no GPU it answers 0 rather than failing.
