@@ -1,4 +1,5 @@
 #include "cli/environment.hpp"
+#include "rl/grader.hpp"
 
 #include <unistd.h>
 
@@ -76,25 +77,10 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
 namespace leap::cli {
 
 std::vector<env::EvalResult> grade_all(env::Verifier& verifier, const std::vector<GradeJob>& jobs, int threads) {
-  std::vector<env::EvalResult> out(jobs.size());
-  std::vector<std::exception_ptr> errors(jobs.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
-      try {
-        out[i] = verifier.evaluate(*jobs[i].task, jobs[i].answer);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  return out;
+  std::vector<rl::GradeRequest> requests;
+  requests.reserve(jobs.size());
+  for (const auto& j : jobs) requests.push_back({j.task, j.answer});
+  return rl::VerifierGrader(verifier, threads).grade(requests);
 }
 
 config::Experiment experiment_from_flags(const std::string& config_path, const std::vector<std::string>& sets) {

@@ -158,6 +158,13 @@ void Store::finish_run(const std::string& run_id, RunStatus status,
   if (db_.changes() != 1) throw StoreError("store " + path() + ": unknown run '" + run_id + "'");
 }
 
+void Store::reopen_run(const std::string& run_id) {
+  Statement st = db_.prepare("UPDATE runs SET status = 'running', ended_at = NULL WHERE id = ?1");
+  st.bind_text(1, run_id);
+  st.run();
+  if (db_.changes() != 1) throw StoreError("store " + path() + ": unknown run '" + run_id + "'");
+}
+
 std::int64_t Store::ensure_task(const TaskInfo& task) {
   TaskResolver resolver(db_);
   return resolver.resolve(task);

@@ -43,6 +43,9 @@ class Store {
   /// transaction. On any failure nothing of the step is kept and StoreError is thrown
   /// (message names the file, run and step). A step number may be written once per run.
   void write_step(const StepRecord& step);
+  /// Marks a run `running` again (ended_at cleared), for `leap train --resume`. Throws
+  /// leap::StoreError for an unknown run.
+  void reopen_run(const std::string& run_id);
   /// Appends one metric point (value NaN is stored as NULL; wall_time Unix seconds, empty: now).
   void add_metric(const std::string& run_id, std::int64_t step, std::string_view name,
                   double value, std::optional<double> wall_time = std::nullopt);

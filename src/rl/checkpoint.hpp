@@ -1,0 +1,35 @@
+#pragma once
+// Training checkpoints: the policy in Hugging Face layout (model.safetensors + config.json +
+// tokenizer files copied from the base checkpoint; plus the LoRA adapter when training LoRA),
+// the optimizer state and the trainer state (step, RNG), in results/<run>/checkpoints/step-N.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "model/transformer.hpp"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace leap::rl {
+
+/// What a checkpoint holds besides tensors.
+struct TrainerState {
+  int64_t step = 0;          ///< last completed step
+  uint64_t seed = 0;         ///< the run's seed
+  std::string run_id;
+};
+
+/// Writes a checkpoint to `dir` (created; written to "<dir>.tmp" then renamed, so a crash
+/// leaves no half checkpoint). `base_dir` is the model folder whose config.json,
+/// generation_config.json and tokenizer files are copied. Throws leap::Error on I/O failure.
+void save_checkpoint(const std::filesystem::path& dir, const std::filesystem::path& base_dir,
+                     model::Transformer& model, torch::optim::Optimizer& optimizer, const TrainerState& state);
+
+/// Loads the weights (or the LoRA adapter, when the model has adapters), the optimizer state
+/// and the trainer state saved by save_checkpoint. Throws leap::Error naming the missing file.
+TrainerState load_checkpoint(const std::filesystem::path& dir, model::Transformer& model,
+                             torch::optim::Optimizer& optimizer);
+
+}  // namespace leap::rl

@@ -1,0 +1,37 @@
+#pragma once
+// The Policy over leap's own LibTorch transformer: chat template, tokenizer, batched KV-cache
+// sampling. The trainer updates the same Transformer between steps.
+#include <cstdint>
+#include <vector>
+
+#include "model/chat_format.hpp"
+#include "model/tokenizer.hpp"
+#include "model/transformer.hpp"
+#include "rl/policy.hpp"
+
+namespace leap::rl {
+
+/// Samples from a Transformer (no autograd, batches of at most `max_batch` prompts).
+class LocalPolicy : public Policy {
+ public:
+  /// `model` and `tok` must outlive the policy. The chat format must be resolved (not Auto).
+  LocalPolicy(model::Transformer& model, const model::Tokenizer& tok, model::ChatFormat format,
+              int64_t max_batch = 64);
+  std::vector<Sample> generate(const std::vector<Prompt>& prompts, const SampleOptions& options) override;
+  int64_t count_tokens(const Prompt& prompt) override;
+  std::string render(const Prompt& prompt) override;
+  /// Token ids of the rendered prompt (with the generation prompt).
+  std::vector<int64_t> encode_prompt(const Prompt& prompt) const;
+  /// Token ids of a completion text followed by the end-of-turn token (for supervised samples).
+  std::vector<int64_t> encode_completion(const std::string& text) const;
+  const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+
+ private:
+  model::Transformer& model_;
+  const model::Tokenizer& tok_;
+  model::ChatFormat format_;
+  int64_t max_batch_;
+  std::vector<int64_t> stop_ids_;
+};
+
+}  // namespace leap::rl

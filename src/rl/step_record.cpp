@@ -1,0 +1,84 @@
+#include "rl/step_record.hpp"
+
+#include <cmath>
+
+#include "env/task_runtime.hpp"
+
+namespace leap::rl {
+
+store::TaskInfo task_info(const std::string& task_set, const tasks::TaskSpec& spec) {
+  store::TaskInfo t;
+  t.task_set = task_set;
+  t.name = spec.name;
+  t.level = spec.level;
+  if (!spec.category.empty()) t.category = spec.category;
+  t.hash = spec.hash;
+  return t;
+}
+
+std::optional<double> finite_or_empty(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
+
+std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& groups,
+                                              const std::vector<std::vector<ScoredRollout>>& scored,
+                                              const std::vector<const env::RuntimeTask*>& tasks,
+                                              const std::string& task_set, const LogprobMeans& means,
+                                              bool store_text) {
+  std::vector<store::GroupRecord> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& gr = groups[g];
+    store::GroupRecord grec;
+    grec.task = task_info(task_set, tasks[gr.task_index]->spec());
+    grec.group_index = static_cast<int64_t>(g);
+    grec.dcp_activated = gr.dcp.expand;
+    grec.fail_ratio_turn1 = gr.dcp.fail_ratio;
+    grec.recovered = gr.recovered;
+    for (size_t i = 0; i < gr.rollouts.size(); ++i) {
+      const auto& ro = gr.rollouts[i];
+      const auto& sc = scored[g][i];
+      store::RolloutRecord rr;
+      rr.rollout_index = static_cast<int64_t>(i);
+      rr.final_verdict = ro.turns.empty() ? "format_error" : std::string(env::to_string(ro.turns.back().result.verdict));
+      if (ro.first_success() > 0) rr.first_success_turn = ro.first_success();
+      rr.reward = sc.reward;
+      rr.advantage = sc.advantage;
+      rr.reward_rank = sc.reward_rank;
+      rr.reward_binary = sc.reward_binary;
+      rr.reward_speedup = sc.reward_speedup;
+      rr.reward_kernelgym = sc.reward_kernelgym;
+      for (size_t t = 0; t < ro.turns.size(); ++t) {
+        const auto& tr = ro.turns[t];
+        store::TurnRecord trec;
+        trec.turn_index = tr.turn;
+        trec.segment_index = tr.segment;
+        if (store_text) {
+          trec.prompt = tr.prompt_text;
+          trec.completion = tr.sample.text;
+        }
+        trec.prompt_tokens = static_cast<int64_t>(tr.sample.prompt_ids.size());
+        trec.completion_tokens = static_cast<int64_t>(tr.sample.completion_ids.size());
+        trec.verdict = std::string(env::to_string(tr.result.verdict));
+        trec.feedback = tr.result.feedback;
+        trec.candidate_ms = finite_or_empty(tr.result.candidate_ms);
+        trec.reference_ms = finite_or_empty(tr.result.reference_ms);
+        trec.speedup = finite_or_empty(tr.result.speedup);
+        trec.suspicious = tr.result.suspicious;
+        trec.reward = sc.turn_rewards[t];
+        trec.discounted_return = sc.turn_returns[t];
+        trec.advantage = sc.turn_advantages[t];
+        auto it = means.find({g, i, t});
+        if (it != means.end()) {
+          trec.old_logprob_mean = it->second.first;
+          trec.new_logprob_mean = it->second.second;
+        }
+        trec.env_seconds = tr.env_seconds;
+        trec.compacted = tr.compacted;
+        rr.turns.push_back(std::move(trec));
+      }
+      grec.rollouts.push_back(std::move(rr));
+    }
+    out.push_back(std::move(grec));
+  }
+  return out;
+}
+
+}  // namespace leap::rl

@@ -1,0 +1,595 @@
+#include "rl/trainer.hpp"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <spdlog/spdlog.h>
+
+#include "config/load.hpp"
+#include "env/task_runtime.hpp"
+#include "model/chat_format.hpp"
+#include "model/tokenizer.hpp"
+#include "model/transformer.hpp"
+#include "rl/checkpoint.hpp"
+#include "rl/evaluate.hpp"
+#include "rl/grader.hpp"
+#include "rl/local_policy.hpp"
+#include "rl/prompts.hpp"
+#include "rl/scoring.hpp"
+#include "rl/step_record.hpp"
+#include "rl/update.hpp"
+#include "store/clock.hpp"
+#include "store/store.hpp"
+#include "tasks/task_spec.hpp"
+#include "util/build_info.hpp"
+#include "util/error.hpp"
+#include "util/log.hpp"
+
+namespace leap::rl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+/// Installs the SIGINT/SIGTERM handler for the life of a training call.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    g_interrupted = false;
+    prev_int_ = std::signal(SIGINT, on_sigint);
+    prev_term_ = std::signal(SIGTERM, on_sigint);
+  }
+  ~InterruptGuard() {
+    std::signal(SIGINT, prev_int_);
+    std::signal(SIGTERM, prev_term_);
+  }
+
+ private:
+  void (*prev_int_)(int) = nullptr;
+  void (*prev_term_)(int) = nullptr;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  return x;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+/// The tasks of one split, prepared for the backend.
+struct SplitTasks {
+  std::vector<std::unique_ptr<env::RuntimeTask>> owned;
+  std::vector<const env::RuntimeTask*> tasks;
+};
+
+SplitTasks load_split(const tasks::TaskSet& set, const config::Experiment& exp, const std::string& split) {
+  SplitTasks out;
+  for (const tasks::TaskSpec* spec : set.split(split)) {
+    if (!exp.tasks.levels.empty()) {
+      if (!spec->level) continue;
+      if (std::find(exp.tasks.levels.begin(), exp.tasks.levels.end(), *spec->level) == exp.tasks.levels.end()) continue;
+    }
+    if (exp.tasks.limit > 0 && static_cast<int64_t>(out.owned.size()) >= exp.tasks.limit) break;
+    out.owned.push_back(std::make_unique<env::RuntimeTask>(*spec, exp.env.backend));
+    out.tasks.push_back(out.owned.back().get());
+  }
+  return out;
+}
+
+/// Tasks of step `step` (1-based): consecutive slices of per-epoch permutations of the split.
+std::vector<const env::RuntimeTask*> step_tasks(const std::vector<const env::RuntimeTask*>& pool, int64_t step,
+                                                int64_t per_step, uint64_t seed) {
+  std::vector<const env::RuntimeTask*> out;
+  const int64_t n = static_cast<int64_t>(pool.size());
+  for (int64_t j = 0; j < per_step; ++j) {
+    const int64_t pos = (step - 1) * per_step + j;
+    const int64_t epoch = pos / n, at = pos % n;
+    std::vector<size_t> perm(pool.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 rng(mix(seed, static_cast<uint64_t>(epoch) + 17));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    out.push_back(pool[perm[static_cast<size_t>(at)]]);
+  }
+  return out;
+}
+
+double lr_at(const config::OptimConfig& o, double base, int64_t step, int64_t total) {
+  if (o.warmup_steps > 0 && step <= o.warmup_steps)
+    return base * static_cast<double>(step) / static_cast<double>(o.warmup_steps);
+  if (o.schedule == "cosine") {
+    const double span = static_cast<double>(std::max<int64_t>(1, total - o.warmup_steps));
+    const double progress = std::clamp(static_cast<double>(step - o.warmup_steps) / span, 0.0, 1.0);
+    return base * 0.5 * (1.0 + std::cos(M_PI * progress));
+  }
+  return base;
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+}
+
+/// The shipped solutions of `spec` for `backend` (solutions/<backend>_*.md), sorted.
+std::vector<std::string> shipped_solutions(const tasks::TaskSpec& spec, const std::string& backend) {
+  std::vector<std::string> out;
+  const fs::path dir = fs::path(spec.dir) / "solutions";
+  if (!fs::is_directory(dir)) return out;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(backend + "_", 0) == 0 && e.path().extension() == ".md") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    out.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return out;
+}
+
+/// Everything a run holds.
+struct Run {
+  const config::Experiment& exp;
+  const TrainContext& ctx;
+  store::Store& db;
+  std::string run_id;
+  fs::path run_dir;
+  tasks::TaskSet set;
+  SplitTasks train, eval;
+  torch::Device device = torch::kCPU;
+  std::unique_ptr<model::Tokenizer> tok;
+  model::Transformer model{nullptr};
+  model::Transformer reference{nullptr};
+  std::unique_ptr<LocalPolicy> policy;
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  UpdateOptions update;
+  std::string checkpoint;
+
+  Run(const config::Experiment& e, const TrainContext& c) : exp(e), ctx(c), db(*c.store) {}
+};
+
+EngineOptions engine_options(const config::Experiment& exp) {
+  EngineOptions o;
+  o.backend = exp.env.backend;
+  o.sampling.temperature = exp.rollout.temperature;
+  o.sampling.top_p = exp.rollout.top_p;
+  o.sampling.top_k = exp.rollout.top_k;
+  o.sampling.max_new_tokens = exp.rollout.max_new_tokens;
+  o.max_turns = static_cast<int>(exp.turns.max);
+  o.refine_after_success = exp.turns.refine_after_success;
+  o.dcp.enabled = exp.dcp.enabled;
+  o.dcp.min_fail_ratio = exp.dcp.min_fail_ratio;
+  o.dcp.max_fail_ratio = exp.dcp.max_fail_ratio;
+  o.compaction = exp.compaction.enabled;
+  o.max_prompt_tokens = exp.compaction.max_prompt_tokens;
+  o.compaction_strategy = exp.compaction.strategy;
+  o.summary_max_tokens = exp.compaction.summary_max_tokens;
+  return o;
+}
+
+/// Periodic evaluation on the eval split: metrics and eval_results rows for `step`.
+EvalSummary run_eval(Run& r, int64_t step) {
+  EngineOptions o = engine_options(r.exp);
+  o.dcp.enabled = false;  // every failed sample is debugged
+  o.max_turns = static_cast<int>(r.exp.eval.turns);
+  o.sampling.temperature = r.exp.eval.temperature;
+  o.refine_after_success = false;
+  RolloutEngine engine(*r.policy, *r.ctx.grader, o);
+  std::vector<const env::RuntimeTask*> tasks;
+  for (const auto* t : r.eval.tasks) tasks.push_back(t);
+  const auto groups = engine.run(tasks, static_cast<int>(r.exp.eval.samples), mix(r.exp.train.seed, 0xE7A1), nullptr);
+  const auto s = summarize_eval(groups, o.max_turns, r.exp.eval.fast_p);
+  store::EvaluationInfo info;
+  info.run_id = r.run_id;
+  info.step = step;
+  info.bench = r.set.name + "/" + r.exp.tasks.eval_split;
+  info.settings_json = "{\"turns\": " + std::to_string(o.max_turns) + ", \"samples\": " +
+                       std::to_string(r.exp.eval.samples) + ", \"temperature\": " +
+                       std::to_string(r.exp.eval.temperature) + ", \"backend\": \"" + r.exp.env.backend + "\"}";
+  std::vector<store::EvalResultRecord> rows;
+  for (const auto& g : groups) {
+    const auto& spec = tasks[g.task_index]->spec();
+    for (size_t i = 0; i < g.rollouts.size(); ++i)
+      for (const auto& t : g.rollouts[i].turns) {
+        store::EvalResultRecord rec;
+        rec.task = task_info(r.set.name, spec);
+        rec.sample = static_cast<int64_t>(i);
+        rec.turn = t.turn;
+        rec.verdict = std::string(env::to_string(t.result.verdict));
+        rec.speedup = finite_or_empty(t.result.speedup);
+        rec.candidate_ms = finite_or_empty(t.result.candidate_ms);
+        rec.reference_ms = finite_or_empty(t.result.reference_ms);
+        rows.push_back(std::move(rec));
+      }
+  }
+  const int64_t eval_id = r.db.create_evaluation(info);
+  r.db.add_eval_results(eval_id, rows);
+  for (const auto& [name, value] : eval_metrics(s)) r.db.add_metric(r.run_id, step, name, value);
+  std::string accs;
+  for (size_t t = 0; t < s.acc_at.size(); ++t) accs += fmt::format(" acc@{} {:.3f}", t + 1, s.acc_at[t]);
+  spdlog::info("eval at step {} ({} tasks x {} samples):{} fast_1 {:.3f} compile {:.3f}", step, s.tasks, s.samples,
+               accs, eval_metrics(s)["eval/fast_1"], s.compile_rate);
+  return s;
+}
+
+/// Supervised warm start on the train split's shipped solutions (train.sft).
+void run_sft(Run& r) {
+  const auto& sft = r.exp.train.sft;
+  std::vector<TrainSample> pool;
+  for (const auto* t : r.train.tasks) {
+    const auto prompt = r.policy->encode_prompt(first_turn_messages(t->spec(), r.exp.env.backend));
+    for (const auto& text : shipped_solutions(t->spec(), r.exp.env.backend)) {
+      TrainSample s;
+      s.prompt_ids = prompt;
+      s.completion_ids = r.policy->encode_completion(text);
+      pool.push_back(std::move(s));
+    }
+  }
+  if (pool.empty()) {
+    spdlog::warn("train.sft: no solutions/{}_*.md in the train split of {}; SFT skipped", r.exp.env.backend,
+                 r.exp.tasks.dir);
+    return;
+  }
+  torch::optim::AdamW opt(r.params, torch::optim::AdamWOptions(sft.lr)
+                                        .betas({r.exp.optim.beta1, r.exp.optim.beta2})
+                                        .eps(r.exp.optim.eps)
+                                        .weight_decay(r.exp.optim.weight_decay));
+  UpdateOptions o = r.update;
+  o.temperature = 1.0;
+  std::mt19937_64 rng(mix(r.exp.train.seed, 0x5F7));
+  std::vector<size_t> order(pool.size());
+  std::iota(order.begin(), order.end(), 0);
+  size_t pos = order.size();
+  util::Progress progress("sft", sft.steps, r.ctx.progress);
+  const auto t0 = Clock::now();
+  double first = std::nan(""), last = std::nan("");
+  for (int64_t step = 1; step <= sft.steps && !g_interrupted; ++step) {
+    std::vector<TrainSample> batch;
+    for (int64_t b = 0; b < sft.batch_size; ++b) {
+      if (pos >= order.size()) {
+        std::shuffle(order.begin(), order.end(), rng);
+        pos = 0;
+      }
+      batch.push_back(pool[order[pos++]]);
+    }
+    const double loss = sft_step(r.model, opt, r.params, batch, o);
+    if (std::isnan(first)) first = loss;
+    last = loss;
+    // SFT metrics use steps <= 0 so that RL step numbers (and resume truncation) are unaffected.
+    r.db.add_metric(r.run_id, step - sft.steps, "sft/loss", loss);
+    progress.tick();
+  }
+  progress.finish();
+  spdlog::info("sft: {} steps on {} solutions, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", sft.steps, pool.size(),
+               first, last, seconds_since(t0));
+  r.db.add_event(r.run_id, 0, "sft",
+                 fmt::format("{} steps on {} solutions, loss {:.4f} -> {:.4f}", sft.steps, pool.size(), first, last));
+}
+
+void save(Run& r, int64_t step) {
+  const fs::path dir = r.run_dir / "checkpoints" / ("step-" + std::to_string(step));
+  TrainerState st;
+  st.step = step;
+  st.seed = static_cast<uint64_t>(r.exp.train.seed);
+  st.run_id = r.run_id;
+  save_checkpoint(dir, r.exp.model.path, r.model, *r.optimizer, st);
+  r.db.add_checkpoint(r.run_id, step, dir.string());
+  r.checkpoint = dir.string();
+  spdlog::info("checkpoint {}", dir.string());
+}
+
+}  // namespace
+
+TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
+  if (!ctx.store || !ctx.grader) throw Error("train: store and grader are required");
+  InterruptGuard interrupt_guard;
+  const auto t_start = Clock::now();
+  Run r(exp, ctx);
+  TrainSummary summary;
+
+  // Tasks.
+  r.set = tasks::load_task_set(exp.tasks.dir);
+  r.train = load_split(r.set, exp, exp.tasks.train_split);
+  if (r.train.tasks.empty())
+    throw ConfigError(ctx.config_path + ": key 'tasks.train_split': split '" + exp.tasks.train_split + "' of " +
+                      exp.tasks.dir + " has no tasks");
+  r.eval = load_split(r.set, exp, exp.tasks.eval_split);
+
+  // Model.
+  const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
+  if (exp.model.device == "cuda" && !torch::cuda::is_available())
+    throw ConfigError(ctx.config_path + ": key 'model.device': cuda requested but no CUDA device is available");
+  r.device = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  r.tok = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(exp.model.path));
+  // Master weights stay fp32; on CUDA the forward runs under bf16 autocast.
+  r.model = model::load_transformer(exp.model.path, torch::kFloat32, r.device);
+  if (exp.model.lora_rank > 0) {
+    model::LoraOptions lo;
+    lo.rank = exp.model.lora_rank;
+    lo.alpha = exp.model.lora_alpha;
+    r.model->add_lora(lo);
+  }
+  r.model->set_gradient_checkpointing(exp.model.gradient_checkpointing);
+  for (auto& p : r.model->parameters())
+    if (p.requires_grad()) r.params.push_back(p);
+  if (exp.loss.kl_beta > 0) {
+    r.reference = model::load_transformer(exp.model.path, torch::kFloat32, r.device);
+    for (auto& p : r.reference->parameters()) p.requires_grad_(false);
+  }
+  const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
+                                              r.model->config().model_type_name, *r.tok);
+  r.policy = std::make_unique<LocalPolicy>(r.model, *r.tok, fmt);
+  r.optimizer = std::make_unique<torch::optim::AdamW>(
+      r.params, torch::optim::AdamWOptions(exp.optim.lr)
+                    .betas({exp.optim.beta1, exp.optim.beta2})
+                    .eps(exp.optim.eps)
+                    .weight_decay(exp.optim.weight_decay));
+  r.update.loss.eps_low = exp.loss.eps_low;
+  r.update.loss.eps_high = exp.loss.eps_high;
+  r.update.loss.kl_beta = exp.loss.kl_beta;
+  r.update.aggregation = exp.compaction.enabled ? Aggregation::segment_mean : parse_aggregation(exp.loss.aggregation);
+  r.update.mini_batch_size = exp.train.mini_batch_size;
+  r.update.grad_accum = exp.train.grad_accum;
+  r.update.ppo_epochs = exp.train.ppo_epochs;
+  r.update.max_grad_norm = exp.optim.max_grad_norm;
+  r.update.temperature = exp.rollout.temperature > 0 ? exp.rollout.temperature : 1.0;
+  r.update.max_len = exp.rollout.max_new_tokens;
+  r.update.autocast_bf16 = cuda && exp.model.dtype != "fp32";
+  r.update.pad_id = r.policy->stop_ids().front();
+
+  // Run row: new, or resumed from its last checkpoint.
+  int64_t start_step = 1;
+  if (ctx.resume_run_id) {
+    r.run_id = *ctx.resume_run_id;
+    auto row = r.db.get_run(r.run_id);
+    if (!row) throw Error("--resume: no run '" + r.run_id + "' in " + r.db.path());
+    r.run_dir = fs::path(ctx.results_dir) / r.run_id;
+    const auto ck = r.db.latest_checkpoint(r.run_id);
+    if (ck) {
+      const auto st = load_checkpoint(ck->path, r.model, *r.optimizer);
+      start_step = st.step + 1;
+      r.checkpoint = ck->path;
+    }
+    // Rows after the checkpoint are dropped, so no step is written twice.
+    r.db.truncate_run_after(r.run_id, start_step - 1);
+    r.db.reopen_run(r.run_id);
+    r.db.add_event(r.run_id, start_step - 1, "resume",
+                   ck ? "resumed from " + ck->path : std::string("no checkpoint: restarted from the base model"));
+    spdlog::info("resuming run {} at step {}", r.run_id, start_step);
+  } else {
+    store::RunInfo info;
+    info.name = exp.name;
+    info.kind = store::RunKind::train;
+    info.config_yaml = config::to_yaml(exp, false);
+    info.config_hash = config::config_hash(exp);
+    info.seed = exp.train.seed;
+    info.git_commit = git_commit();
+    info.hostname = hostname();
+    r.run_id = r.db.create_run(info);
+    r.run_dir = fs::path(ctx.results_dir) / r.run_id;
+  }
+  fs::create_directories(r.run_dir);
+  add_log_file((r.run_dir / "train.log").string());
+  summary.run_id = r.run_id;
+  summary.first_step = start_step;
+  spdlog::info("run {}: {} train / {} eval tasks from {}, model {} ({} parameters, {} trained) on {}", r.run_id,
+               r.train.tasks.size(), r.eval.tasks.size(), exp.tasks.dir, exp.model.path, r.model->num_parameters(),
+               std::accumulate(r.params.begin(), r.params.end(), int64_t{0},
+                               [](int64_t a, const at::Tensor& p) { return a + p.numel(); }),
+               r.device.str());
+
+  try {
+    if (start_step == 1 && exp.train.sft.enabled && exp.train.sft.steps > 0) run_sft(r);
+    const bool do_eval = !r.eval.tasks.empty() && exp.train.eval_every > 0;
+    summary.acc1_start = summary.acc1_end = summary.accT_start = summary.accT_end = std::nan("");
+    if (do_eval && start_step == 1) {
+      const auto s = run_eval(r, 0);
+      summary.acc1_start = s.acc_at.front();
+      summary.accT_start = s.acc_at.back();
+    }
+    RolloutEngine engine(*r.policy, *ctx.grader, engine_options(exp));
+    const int64_t total = exp.train.steps;
+    int64_t step = start_step;
+    for (; step <= total; ++step) {
+      if (g_interrupted) break;
+      const double started_at = store::unix_now();
+      store::StepRecord rec;
+      rec.run_id = r.run_id;
+      rec.step = step;
+      rec.started_at = started_at;
+      const auto batch = step_tasks(r.train.tasks, step, exp.rollout.tasks_per_step,
+                                    static_cast<uint64_t>(exp.train.seed));
+      EngineStats es;
+      const auto groups = engine.run(batch, static_cast<int>(exp.rollout.group_size),
+                                     mix(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step)), &es);
+
+      // Rewards, advantages and training samples.
+      std::vector<TrainSample> samples;
+      struct Where {
+        size_t g, i, t;
+        bool summary;
+      };
+      std::vector<Where> where;
+      std::vector<std::vector<ScoredRollout>> scored;
+      int64_t zero_adv = 0, activated = 0, recovered = 0, turn1_correct = 0, rollouts = 0;
+      double reward_sum = 0, response_tokens = 0;
+      int64_t n_turns = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        scored.push_back(score_group(groups[g], exp));
+        const auto& sg = scored.back();
+        std::vector<double> all_adv;
+        for (const auto& s : sg) all_adv.insert(all_adv.end(), s.turn_advantages.begin(), s.turn_advantages.end());
+        const bool zero = all_zero(all_adv);
+        zero_adv += zero ? 1 : 0;
+        activated += groups[g].dcp.expand ? 1 : 0;
+        recovered += groups[g].recovered;
+        for (size_t i = 0; i < groups[g].rollouts.size(); ++i) {
+          const auto& ro = groups[g].rollouts[i];
+          reward_sum += sg[i].reward;
+          ++rollouts;
+          if (!ro.turns.empty() && ro.turns.front().result.is_correct()) ++turn1_correct;
+          if (zero && exp.loss.dynamic_sampling) continue;  // DAPO: the group teaches nothing
+          const int64_t seg_base = static_cast<int64_t>((g * groups[g].rollouts.size() + i) * 4096);
+          for (size_t t = 0; t < ro.turns.size(); ++t) {
+            response_tokens += static_cast<double>(ro.turns[t].sample.completion_ids.size());
+            ++n_turns;
+            if (ro.turns[t].sample.completion_ids.empty()) continue;
+            TrainSample s;
+            s.prompt_ids = ro.turns[t].sample.prompt_ids;
+            s.completion_ids = ro.turns[t].sample.completion_ids;
+            s.advantage = sg[i].turn_advantages[t];
+            s.segment_id = seg_base + ro.turns[t].segment;
+            samples.push_back(std::move(s));
+            where.push_back({g, i, t, false});
+          }
+          for (size_t k = 0; k < ro.summaries.size(); ++k) {
+            const auto& sm = ro.summaries[k];
+            if (sm.sample.completion_ids.empty()) continue;
+            TrainSample s;
+            s.prompt_ids = sm.sample.prompt_ids;
+            s.completion_ids = sm.sample.completion_ids;
+            // A summary shares the credit of the turn it makes room for.
+            const size_t t = std::min(static_cast<size_t>(sm.turn), sg[i].turn_advantages.size());
+            s.advantage = t ? sg[i].turn_advantages[t - 1] : sg[i].advantage;
+            s.segment_id = seg_base + sm.segment;
+            samples.push_back(std::move(s));
+            where.push_back({g, i, k, true});
+          }
+        }
+      }
+
+      // Update.
+      const auto t_update = Clock::now();
+      UpdateStats us;
+      if (!samples.empty()) {
+        compute_old_logprobs(r.model, exp.loss.kl_beta > 0 ? &r.reference : nullptr, samples, r.update);
+        set_lr(*r.optimizer, lr_at(exp.optim, exp.optim.lr, step, total));
+        UpdateOptions uo = r.update;
+        uo.seed = mix(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step) + 0xABCD);
+        us = ppo_update(r.model, *r.optimizer, r.params, samples, uo);
+        compute_new_logprob_means(r.model, samples, r.update);
+      }
+      const double update_s = seconds_since(t_update);
+
+      // The step's rows.
+      LogprobMeans means;
+      for (size_t k = 0; k < samples.size(); ++k)
+        if (!where[k].summary)
+          means[{where[k].g, where[k].i, where[k].t}] = {samples[k].old_logprob_mean, samples[k].new_logprob_mean};
+      rec.groups = group_records(groups, scored, batch, r.set.name, means, exp.logging.store_text);
+      for (size_t g = 0; g < groups.size(); ++g)
+        for (size_t i = 0; i < groups[g].rollouts.size(); ++i)
+          for (const auto& sm : groups[g].rollouts[i].summaries)
+            rec.events.push_back({"compaction_summary",
+                                  fmt::format("group {} rollout {} before turn {} (segment {}): {}", g, i, sm.turn,
+                                              sm.segment + 1, sm.sample.text),
+                                  std::nullopt});
+      const double G = static_cast<double>(groups.size());
+      auto metric = [&](const std::string& name, double v) { rec.metrics.push_back({name, v, std::nullopt}); };
+      const double reward_mean = rollouts ? reward_sum / static_cast<double>(rollouts) : 0.0;
+      metric("reward_mean", reward_mean);
+      metric("loss", us.loss);
+      metric("grad_norm", us.grad_norm);
+      metric("clip_frac_low", us.clip_frac_low);
+      metric("clip_frac_high", us.clip_frac_high);
+      metric("entropy", us.entropy);
+      metric("kl", us.kl);
+      metric("response_tokens_mean", n_turns ? response_tokens / static_cast<double>(n_turns) : 0.0);
+      metric("zero_adv_groups", static_cast<double>(zero_adv));
+      metric("activated_groups_frac", G > 0 ? static_cast<double>(activated) / G : 0.0);
+      metric("env_calls", static_cast<double>(es.env_calls));
+      metric("env_calls_saved", static_cast<double>(es.env_calls_saved));
+      metric("recovered", static_cast<double>(recovered));
+      metric("generation_seconds", es.generation_seconds);
+      metric("env_seconds", es.env_seconds);
+      metric("update_seconds", update_s);
+      metric("compaction_events", static_cast<double>(es.compaction_events));
+      metric("compaction_tokens_saved", static_cast<double>(es.tokens_saved));
+      metric("skipped_updates", static_cast<double>(us.skipped_steps));
+      metric("lr", lr_at(exp.optim, exp.optim.lr, step, total));
+      // Train accuracy: turn-1 and final correctness over the step's rollouts.
+      int64_t final_correct = 0;
+      for (const auto& g : groups)
+        for (const auto& ro : g.rollouts) final_correct += ro.first_success() > 0 ? 1 : 0;
+      const double train_acc1 = rollouts ? static_cast<double>(turn1_correct) / static_cast<double>(rollouts) : 0.0;
+      metric("train_acc@1", train_acc1);
+      metric("train_acc@T", rollouts ? static_cast<double>(final_correct) / static_cast<double>(rollouts) : 0.0);
+      for (const auto& e : us.events) rec.events.push_back({"skipped_update", e, std::nullopt});
+      rec.generation_seconds = es.generation_seconds;
+      rec.env_seconds = es.env_seconds;
+      rec.update_seconds = update_s;
+      rec.ended_at = store::unix_now();
+      r.db.write_step(rec);
+
+      if (step == start_step) {
+        summary.reward_first = reward_mean;
+        summary.train_acc1_first = train_acc1;
+      }
+      summary.reward_last = reward_mean;
+      summary.train_acc1_last = train_acc1;
+      summary.steps = step;
+      if (ctx.progress)
+        spdlog::info("step {}/{}: reward {:.3f}, acc@1 {:.2f}, acc@T {:.2f}, activated {:.0f}%, loss {:.4f}, "
+                     "{} samples; gen {:.1f} s, env {:.1f} s ({} calls, {} saved), update {:.1f} s",
+                     step, total, reward_mean, train_acc1,
+                     rollouts ? static_cast<double>(final_correct) / static_cast<double>(rollouts) : 0.0,
+                     G > 0 ? 100.0 * static_cast<double>(activated) / G : 0.0, us.loss, samples.size(),
+                     es.generation_seconds, es.env_seconds, es.env_calls, es.env_calls_saved, update_s);
+      if (do_eval && step % exp.train.eval_every == 0 && step != total) run_eval(r, step);
+      if (exp.train.checkpoint_every > 0 && step % exp.train.checkpoint_every == 0 && step != total) save(r, step);
+    }
+    if (g_interrupted) {
+      const int64_t last = step - 1;
+      if (last >= start_step) save(r, last);
+      r.db.finish_run(r.run_id, store::RunStatus::interrupted);
+      throw Error("interrupted after step " + std::to_string(last) + "; continue with: leap train " +
+                  ctx.config_path + " --resume " + r.run_id);
+    }
+    if (total >= start_step) {
+      save(r, total);
+      if (do_eval) {
+        const auto s = run_eval(r, total);
+        summary.acc1_end = s.acc_at.front();
+        summary.accT_end = s.acc_at.back();
+      }
+    }
+    summary.steps = total;
+    r.db.finish_run(r.run_id, store::RunStatus::finished);
+  } catch (const Error& e) {
+    if (!g_interrupted) {
+      try {
+        r.db.add_event(r.run_id, std::nullopt, "error", e.what());
+        r.db.finish_run(r.run_id, store::RunStatus::failed);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  summary.checkpoint = r.checkpoint;
+  summary.seconds = seconds_since(t_start);
+  return summary;
+}
+
+}  // namespace leap::rl

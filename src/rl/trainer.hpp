@@ -1,0 +1,46 @@
+#pragma once
+// `leap train`: SFT warm start (optional), then per step: rollouts (multi-turn, DCP,
+// compaction) -> rewards and advantages -> clipped policy-gradient update -> one store
+// transaction; periodic evaluation on the eval split, checkpoints and resume (DESIGN.md 1, 4).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/experiment.hpp"
+
+namespace leap::store {
+class Store;
+}
+
+namespace leap::rl {
+
+class Grader;
+
+/// Where a training run reads and writes.
+struct TrainContext {
+  store::Store* store = nullptr;   ///< the SQLite store (required)
+  Grader* grader = nullptr;        ///< the environment (required)
+  std::string results_dir = "results";  ///< run folders: results/<run>/checkpoints, train.log
+  std::string config_path;         ///< shown in messages
+  std::optional<std::string> resume_run_id;  ///< continue this run from its last checkpoint
+  bool progress = true;            ///< progress lines on the console
+};
+
+/// What a finished run reports.
+struct TrainSummary {
+  std::string run_id;
+  int64_t first_step = 1;           ///< first step run by this call (> 1 after a resume)
+  int64_t steps = 0;                ///< last completed step
+  double reward_first = 0, reward_last = 0;   ///< mean rollout reward of the first / last step run
+  double acc1_start = 0, acc1_end = 0;        ///< eval Acc@1 before RL (after SFT) and at the end (NaN if no eval split)
+  double accT_start = 0, accT_end = 0;
+  double train_acc1_first = 0, train_acc1_last = 0;  ///< turn-1 correctness of the first / last step
+  double seconds = 0;
+  std::string checkpoint;           ///< last checkpoint folder
+};
+
+/// Runs (or resumes) a training run. Throws leap::Error (config, model, tasks, store) with a
+/// message naming the file; the run row is marked `failed` (or `interrupted` on SIGINT) first.
+TrainSummary train(const config::Experiment& exp, const TrainContext& ctx);
+
+}  // namespace leap::rl

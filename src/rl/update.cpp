@@ -1,0 +1,268 @@
+#include "rl/update.hpp"
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "util/error.hpp"
+
+namespace leap::rl {
+
+namespace {
+
+/// Padded batch of samples: [pad.. prompt | completion ..pad].
+struct Batch {
+  torch::Tensor tokens;           ///< [B, P + C] int64
+  torch::Tensor attention_mask;   ///< [B, P + C] int64
+  torch::Tensor completion_mask;  ///< [B, C] fp32
+  int64_t completion_len = 0;     ///< C
+};
+
+Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
+                 torch::Device device) {
+  int64_t P = 0, C = 0;
+  for (size_t i : idx) {
+    P = std::max<int64_t>(P, static_cast<int64_t>(samples[i].prompt_ids.size()));
+    C = std::max<int64_t>(C, static_cast<int64_t>(samples[i].completion_ids.size()));
+  }
+  C = std::max<int64_t>(C, 1);
+  const int64_t B = static_cast<int64_t>(idx.size());
+  auto tokens = torch::full({B, P + C}, pad_id, torch::kInt64);
+  auto mask = torch::zeros({B, P + C}, torch::kInt64);
+  auto cmask = torch::zeros({B, C}, torch::kFloat32);
+  auto tk = tokens.accessor<int64_t, 2>();
+  auto mk = mask.accessor<int64_t, 2>();
+  auto cm = cmask.accessor<float, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& s = samples[idx[static_cast<size_t>(b)]];
+    const int64_t p = static_cast<int64_t>(s.prompt_ids.size());
+    for (int64_t j = 0; j < p; ++j) {
+      tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(j)];
+      mk[b][P - p + j] = 1;
+    }
+    for (int64_t j = 0; j < static_cast<int64_t>(s.completion_ids.size()); ++j) {
+      tk[b][P + j] = s.completion_ids[static_cast<size_t>(j)];
+      mk[b][P + j] = 1;
+      cm[b][j] = 1.0f;
+    }
+  }
+  return {tokens.to(device), mask.to(device), cmask.to(device), C};
+}
+
+/// bf16 autocast on CUDA for the lifetime of the guard (no-op when off).
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(bool on) : on_(on) {
+    if (!on_) return;
+    prev_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  }
+  ~AutocastGuard() {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, prev_);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool on_;
+  bool prev_ = false;
+};
+
+std::vector<std::vector<size_t>> chunks(const std::vector<size_t>& order, size_t size) {
+  std::vector<std::vector<size_t>> out;
+  size = std::max<size_t>(1, size);
+  for (size_t i = 0; i < order.size(); i += size)
+    out.emplace_back(order.begin() + static_cast<long>(i), order.begin() + static_cast<long>(std::min(order.size(), i + size)));
+  return out;
+}
+
+/// Per-token log-probs [B, C] of the batch (autograd when enabled) and entropy.
+model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const UpdateOptions& o) {
+  AutocastGuard ac(o.autocast_bf16 && m->device().is_cuda());
+  return model::completion_logprobs(m, b.tokens, b.attention_mask, b.completion_len,
+                                    o.temperature > 0 ? o.temperature : 1.0);
+}
+
+void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, const UpdateOptions& o,
+                   const std::function<void(TrainSample&, const float*, int64_t)>& sink) {
+  torch::NoGradGuard ng;
+  std::vector<size_t> order(samples.size());
+  std::iota(order.begin(), order.end(), 0);
+  for (const auto& idx : chunks(order, static_cast<size_t>(o.mini_batch_size))) {
+    const Batch b = make_batch(samples, idx, o.pad_id, m->device());
+    auto lp = batch_logprobs(m, b, o).logprobs.to(torch::kCPU).to(torch::kFloat32).contiguous();
+    for (size_t r = 0; r < idx.size(); ++r) {
+      auto& s = samples[idx[r]];
+      sink(s, lp[static_cast<int64_t>(r)].data_ptr<float>(), static_cast<int64_t>(s.completion_ids.size()));
+    }
+  }
+}
+
+double mean_of(const float* p, int64_t n) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += p[i];
+  return n ? acc / static_cast<double>(n) : 0.0;
+}
+
+/// Global L2 norm of the gradients (NaN/inf propagate).
+double grad_norm(const std::vector<at::Tensor>& params) {
+  double sq = 0;
+  for (const auto& p : params)
+    if (p.grad().defined()) sq += p.grad().detach().to(torch::kFloat64).pow(2).sum().item<double>();
+  return std::sqrt(sq);
+}
+
+void zero_grads(const std::vector<at::Tensor>& params) {
+  for (const auto& p : params)
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+/// Clips to max_norm (0: off) and steps, or skips on a non-finite loss or norm. Returns the norm.
+double finish_step(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params, double loss_sum,
+                   double max_norm, UpdateStats* stats, const std::string& what) {
+  const double norm = grad_norm(params);
+  if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
+    zero_grads(params);
+    if (stats) {
+      stats->skipped_steps += 1;
+      stats->events.push_back(what + ": non-finite " + (std::isfinite(loss_sum) ? "gradient" : "loss") +
+                              " (loss " + std::to_string(loss_sum) + ", grad norm " + std::to_string(norm) +
+                              "); step skipped, weights unchanged");
+    }
+    return norm;
+  }
+  if (max_norm > 0 && norm > max_norm) {
+    torch::NoGradGuard ng;
+    const double scale = max_norm / (norm + 1e-6);
+    for (const auto& p : params)
+      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+  }
+  opt.step();
+  zero_grads(params);
+  return norm;
+}
+
+}  // namespace
+
+void compute_old_logprobs(model::Transformer& policy, model::Transformer* reference, std::vector<TrainSample>& samples,
+                          const UpdateOptions& options) {
+  fill_logprobs(policy, samples, options, [](TrainSample& s, const float* p, int64_t n) {
+    s.old_logp.assign(p, p + n);
+    s.old_logprob_mean = mean_of(p, n);
+  });
+  if (reference)
+    fill_logprobs(*reference, samples, options,
+                  [](TrainSample& s, const float* p, int64_t n) { s.ref_logp.assign(p, p + n); });
+}
+
+void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSample>& samples,
+                               const UpdateOptions& options) {
+  fill_logprobs(policy, samples, options,
+                [](TrainSample& s, const float* p, int64_t n) { s.new_logprob_mean = mean_of(p, n); });
+}
+
+UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& optimizer,
+                       const std::vector<at::Tensor>& params, std::vector<TrainSample>& samples,
+                       const UpdateOptions& o) {
+  UpdateStats st;
+  if (samples.empty()) return st;
+  for (const auto& s : samples)
+    if (s.old_logp.size() != s.completion_ids.size())
+      throw Error("ppo_update: old log-probs missing (call compute_old_logprobs first)");
+  const bool with_ref = o.loss.kl_beta > 0 && !samples.front().ref_logp.empty();
+  double tokens_seen = 0, clip_low = 0, clip_high = 0, entropy = 0, kl = 0, loss_total = 0, norm_total = 0;
+  std::mt19937_64 rng(o.seed);
+  std::vector<size_t> order(samples.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t mb = static_cast<size_t>(std::max<int64_t>(1, o.mini_batch_size));
+  const size_t step_size = mb * static_cast<size_t>(std::max<int64_t>(1, o.grad_accum));
+  for (int64_t epoch = 0; epoch < std::max<int64_t>(1, o.ppo_epochs); ++epoch) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const auto& step_idx : chunks(order, step_size)) {
+      // Aggregation weights over the whole optimizer step, so accumulation is exact.
+      std::vector<int64_t> ntok, seg;
+      for (size_t i : step_idx) {
+        ntok.push_back(static_cast<int64_t>(samples[i].completion_ids.size()));
+        seg.push_back(samples[i].segment_id);
+      }
+      const auto w = aggregation_weights(o.aggregation, ntok, seg, o.max_len);
+      double step_loss = 0;
+      for (size_t start = 0; start < step_idx.size(); start += mb) {
+        std::vector<size_t> idx(step_idx.begin() + static_cast<long>(start),
+                                step_idx.begin() + static_cast<long>(std::min(step_idx.size(), start + mb)));
+        const Batch b = make_batch(samples, idx, o.pad_id, policy->device());
+        const int64_t B = static_cast<int64_t>(idx.size()), C = b.completion_len;
+        auto old_lp = torch::zeros({B, C}, torch::kFloat32);
+        auto ref_lp = with_ref ? torch::zeros({B, C}, torch::kFloat32) : torch::Tensor();
+        auto adv = torch::zeros({B}, torch::kFloat32);
+        auto wt = torch::zeros({B}, torch::kFloat64);
+        for (int64_t r = 0; r < B; ++r) {
+          const auto& s = samples[idx[static_cast<size_t>(r)]];
+          const int64_t n = static_cast<int64_t>(s.completion_ids.size());
+          if (n) old_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.old_logp.data()), {n}, torch::kFloat32));
+          if (with_ref && n)
+            ref_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.ref_logp.data()), {n}, torch::kFloat32));
+          adv[r] = s.advantage;
+          wt[r] = w[start + static_cast<size_t>(r)];
+        }
+        const auto dev = policy->device();
+        auto lp = batch_logprobs(policy, b, o);
+        LossTerms terms = policy_loss(lp.logprobs, old_lp.to(dev), with_ref ? ref_lp.to(dev) : torch::Tensor(),
+                                      adv.to(dev), b.completion_mask, wt.to(dev), o.loss);
+        const double l = terms.loss.item<double>();
+        step_loss += l;
+        if (std::isfinite(l)) terms.loss.backward();
+        else step_loss = std::nan("");
+        const double n_tok = b.completion_mask.sum().item<double>();
+        tokens_seen += n_tok;
+        clip_low += terms.clip_frac_low * n_tok;
+        clip_high += terms.clip_frac_high * n_tok;
+        kl += terms.kl_mean * n_tok;
+        entropy += (lp.entropy.detach() * b.completion_mask).sum().item<double>();
+      }
+      const double norm = finish_step(optimizer, params, step_loss, o.max_grad_norm, &st,
+                                      "update step " + std::to_string(st.optimizer_steps + 1));
+      st.optimizer_steps += 1;
+      if (std::isfinite(step_loss)) loss_total += step_loss;
+      if (std::isfinite(norm)) norm_total += norm;
+    }
+  }
+  const double good = static_cast<double>(std::max<int64_t>(1, st.optimizer_steps - st.skipped_steps));
+  st.loss = loss_total / good;
+  st.grad_norm = norm_total / good;
+  if (tokens_seen > 0) {
+    st.clip_frac_low = clip_low / tokens_seen;
+    st.clip_frac_high = clip_high / tokens_seen;
+    st.entropy = entropy / tokens_seen;
+    st.kl = kl / tokens_seen;
+  }
+  return st;
+}
+
+double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
+                const std::vector<TrainSample>& samples, const UpdateOptions& o) {
+  if (samples.empty()) return std::nan("");
+  double total_tokens = 0;
+  for (const auto& s : samples) total_tokens += static_cast<double>(s.completion_ids.size());
+  std::vector<size_t> order(samples.size());
+  std::iota(order.begin(), order.end(), 0);
+  double loss_sum = 0;
+  for (const auto& idx : chunks(order, static_cast<size_t>(std::max<int64_t>(1, o.mini_batch_size)))) {
+    const Batch b = make_batch(samples, idx, o.pad_id, policy->device());
+    auto lp = batch_logprobs(policy, b, o);
+    auto loss = -(lp.logprobs * b.completion_mask).sum() / total_tokens;
+    const double l = loss.item<double>();
+    loss_sum += l;
+    if (std::isfinite(l)) loss.backward();
+  }
+  UpdateStats st;
+  finish_step(optimizer, params, loss_sum, o.max_grad_norm, &st, "sft step");
+  return st.skipped_steps ? std::nan("") : loss_sum;
+}
+
+}  // namespace leap::rl

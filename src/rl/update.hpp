@@ -1,0 +1,84 @@
+#pragma once
+// The policy update: old (and reference) log-probs by a no-grad forward, then PPO-style epochs
+// of the clipped surrogate over mini-batches with gradient accumulation, grad-norm clipping and
+// a skip on a non-finite loss or gradient (DESIGN.md section 4, "Loss"). Also the supervised
+// (SFT) step. Samples are turns: their context plus their completion.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/transformer.hpp"
+#include "rl/loss.hpp"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace leap::rl {
+
+/// One training sample: a turn (or summary) with its advantage.
+struct TrainSample {
+  std::vector<int64_t> prompt_ids;      ///< rendered context (tokens)
+  std::vector<int64_t> completion_ids;  ///< generated tokens
+  double advantage = 0;
+  int64_t segment_id = 0;               ///< unique per (group, rollout, segment), for segment_mean
+  // Filled by the update:
+  std::vector<float> old_logp;          ///< per completion token, before the update (nats)
+  std::vector<float> ref_logp;          ///< per completion token under the frozen reference
+  double old_logprob_mean = 0;          ///< mean of old_logp
+  double new_logprob_mean = 0;          ///< mean per-token log-prob after the update
+};
+
+/// Settings of ppo_update.
+struct UpdateOptions {
+  LossOptions loss;
+  Aggregation aggregation = Aggregation::token_mean;
+  int64_t mini_batch_size = 8;   ///< samples per forward/backward
+  int64_t grad_accum = 1;        ///< mini-batches per optimizer step
+  int64_t ppo_epochs = 1;
+  double max_grad_norm = 1.0;    ///< 0 = no clipping
+  double temperature = 1.0;      ///< logits / T, as when sampling
+  int64_t max_len = 512;         ///< L of constant_length (max_new_tokens)
+  bool autocast_bf16 = false;    ///< bf16 autocast of the forward (CUDA only), fp32 master weights
+  uint64_t seed = 0;             ///< shuffles the samples of each epoch
+  int64_t pad_id = 0;            ///< token used for padding (masked out)
+};
+
+/// What an update did.
+struct UpdateStats {
+  double loss = 0;            ///< mean over optimizer steps of the aggregated loss
+  double grad_norm = 0;       ///< mean pre-clip global L2 norm over optimizer steps
+  double clip_frac_low = 0, clip_frac_high = 0;  ///< token-weighted over all mini-batches
+  double entropy = 0;         ///< mean per-token entropy (nats)
+  double kl = 0;              ///< mean k3 to the reference (0 without one)
+  int64_t optimizer_steps = 0;
+  int64_t skipped_steps = 0;  ///< optimizer steps skipped for a non-finite loss or gradient
+  std::vector<std::string> events;  ///< one line per skipped step
+};
+
+/// Fills old_logp / old_logprob_mean of every sample with the current policy (no grad), and
+/// ref_logp with `reference` when it is given (k3 KL). Batches of `mini_batch_size`.
+void compute_old_logprobs(model::Transformer& policy, model::Transformer* reference, std::vector<TrainSample>& samples,
+                          const UpdateOptions& options);
+
+/// Fills new_logprob_mean of every sample with the current policy (no grad).
+void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSample>& samples,
+                               const UpdateOptions& options);
+
+/// Runs `ppo_epochs` epochs over `samples` (old log-probs must be filled): each optimizer step
+/// takes mini_batch_size * grad_accum samples, weighs them with aggregation_weights over that
+/// set, accumulates the gradients of its mini-batches, clips the global norm and steps
+/// `optimizer`. A non-finite loss or gradient zeroes the gradients, skips the step and is
+/// recorded in `events`; the weights stay as they were. `params` are the trained tensors.
+UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& optimizer,
+                       const std::vector<at::Tensor>& params, std::vector<TrainSample>& samples,
+                       const UpdateOptions& options);
+
+/// One supervised step: minimises the token-mean negative log-likelihood of the completions
+/// (the advantage is ignored), with the same clipping and non-finite skip. Returns the loss
+/// (nats per token) or NaN when the step was skipped.
+double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
+                const std::vector<TrainSample>& samples, const UpdateOptions& options);
+
+}  // namespace leap::rl
