@@ -76,7 +76,8 @@ TrainerState load_checkpoint(const fs::path& dir, model::Transformer& model, tor
     auto bytes = js["torch_cpu_rng"].get<std::vector<int64_t>>();
     auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
     for (size_t i = 0; i < bytes.size(); ++i) t.data_ptr<uint8_t>()[i] = static_cast<uint8_t>(bytes[i]);
-    at::detail::getDefaultCPUGenerator().set_state(t);
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(t);
   }
   return st;
 }

@@ -18,6 +18,7 @@
 #include "model/chat_format.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
+#include "rl/advantage.hpp"
 #include "rl/checkpoint.hpp"
 #include "rl/evaluate.hpp"
 #include "rl/grader.hpp"
@@ -391,7 +392,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     r.run_dir = fs::path(ctx.results_dir) / r.run_id;
   }
   fs::create_directories(r.run_dir);
-  add_log_file((r.run_dir / "train.log").string());
+  util::add_log_file((r.run_dir / "train.log").string());
   summary.run_id = r.run_id;
   summary.first_step = start_step;
   spdlog::info("run {}: {} train / {} eval tasks from {}, model {} ({} parameters, {} trained) on {}", r.run_id,
@@ -434,7 +435,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       std::vector<Where> where;
       std::vector<std::vector<ScoredRollout>> scored;
       int64_t zero_adv = 0, activated = 0, recovered = 0, turn1_correct = 0, rollouts = 0;
-      double reward_sum = 0, response_tokens = 0;
+      double reward_sum = 0, binary_sum = 0, response_tokens = 0;
       int64_t n_turns = 0;
       for (size_t g = 0; g < groups.size(); ++g) {
         scored.push_back(score_group(groups[g], exp));
@@ -448,6 +449,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
         for (size_t i = 0; i < groups[g].rollouts.size(); ++i) {
           const auto& ro = groups[g].rollouts[i];
           reward_sum += sg[i].reward;
+          binary_sum += sg[i].reward_binary;
           ++rollouts;
           if (!ro.turns.empty() && ro.turns.front().result.is_correct()) ++turn1_correct;
           if (zero && exp.loss.dynamic_sampling) continue;  // DAPO: the group teaches nothing
@@ -510,6 +512,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       auto metric = [&](const std::string& name, double v) { rec.metrics.push_back({name, v, std::nullopt}); };
       const double reward_mean = rollouts ? reward_sum / static_cast<double>(rollouts) : 0.0;
       metric("reward_mean", reward_mean);
+      metric("reward_binary_mean", rollouts ? binary_sum / static_cast<double>(rollouts) : 0.0);
       metric("loss", us.loss);
       metric("grad_norm", us.grad_norm);
       metric("clip_frac_low", us.clip_frac_low);

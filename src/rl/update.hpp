@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/transformer.hpp"
+#include "rl/aggregation.hpp"
 #include "rl/loss.hpp"
 
 namespace torch::optim {

@@ -1,0 +1,256 @@
+// The rollout engine with a scripted policy and the real cpu environment: turns, DCP, compaction,
+// scores, and the rows the store keeps.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "cli/environment.hpp"
+#include "env/task_runtime.hpp"
+#include "rl/grader.hpp"
+#include "rl/prompts.hpp"
+#include "rl/rollout.hpp"
+#include "rl/scoring.hpp"
+#include "rl/step_record.hpp"
+#include "store/database.hpp"
+#include "store/statement.hpp"
+#include "store/store.hpp"
+#include "support.hpp"
+#include "tasks/task_spec.hpp"
+
+namespace fs = std::filesystem;
+using namespace leap;
+
+TEST_SUITE_BEGIN("rl");
+
+namespace {
+
+const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string cpu_solution(const std::string& task) {
+  for (const auto& e : fs::directory_iterator(kStarter + "/" + task + "/solutions"))
+    if (e.path().filename().string().rfind("cpu_", 0) == 0) return slurp(e.path());
+  FAIL("no cpu solution for " << task);
+  return {};
+}
+
+/// Answers from a script: (task, turn, k-th prompt of that task in the call) -> correct or not.
+/// A wrong answer has no code block (format_error). Token counts are characters.
+struct ScriptedPolicy : rl::Policy {
+  std::map<std::tuple<std::string, int, int>, bool> correct;
+  std::vector<rl::Prompt> seen;  ///< every prompt, in call order
+  std::vector<rl::Sample> generate(const std::vector<rl::Prompt>& prompts, const rl::SampleOptions&) override {
+    std::map<std::pair<std::string, int>, int> k;
+    std::vector<rl::Sample> out;
+    for (const auto& p : prompts) {
+      seen.push_back(p);
+      const std::string& user = p.at(1).content;
+      const size_t a = user.find("Task ") + 5;
+      const std::string task = user.substr(a, user.find(':', a) - a);
+      int turn = 1;
+      for (const auto& m : p) turn += m.role == "assistant" ? 1 : 0;
+      const size_t at = user.find("Your latest attempt (attempt ");
+      if (at != std::string::npos) turn = std::stoi(user.substr(at + 29)) + 1;
+      const int idx = k[{task, turn}]++;
+      rl::Sample s;
+      s.text = correct.count({task, turn, idx}) && correct.at({task, turn, idx}) ? cpu_solution(task) : "I don't know.";
+      s.prompt_ids.assign(count_tokens(p), 1);
+      s.completion_ids.assign(s.text.size(), 2);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  int64_t count_tokens(const rl::Prompt& p) override {
+    int64_t n = 0;
+    for (const auto& m : p) n += static_cast<int64_t>(m.content.size());
+    return n;
+  }
+};
+
+config::EnvConfig fast_env(const std::string& cache) {
+  config::EnvConfig e;
+  e.workers = 2;
+  e.seeds = 2;
+  e.cache_dir = cache;
+  e.cpu.flags = "-O1 -fPIC -shared";
+  e.timing.warmup = 1;
+  e.timing.trials = 2;
+  e.timing.max_seconds = 0.1;
+  return e;
+}
+
+struct Fixture {
+  test::TempDir dir;
+  std::unique_ptr<cli::Environment> env;
+  std::unique_ptr<rl::VerifierGrader> grader;
+  std::vector<std::unique_ptr<env::RuntimeTask>> owned;
+  std::vector<const env::RuntimeTask*> tasks;
+  Fixture() {
+    env = cli::make_environment(fast_env((dir.path / "cache").string()), "cpu");
+    grader = std::make_unique<rl::VerifierGrader>(*env->verifier, 2);
+    for (const char* name : {"relu", "tanh"}) {
+      owned.push_back(std::make_unique<env::RuntimeTask>(tasks::load_task(kStarter + "/" + name), "cpu"));
+      tasks.push_back(owned.back().get());
+    }
+  }
+};
+
+/// Group "relu": rollouts 0, 1 correct at turn 1; 2 correct at turn 2; 3 never (f = 2/4 = 0.5:
+/// expanded). Group "tanh": all four fail turn 1 (f = 1 > 0.875: pruned).
+void script(ScriptedPolicy& p) {
+  p.correct[{"relu", 1, 0}] = true;
+  p.correct[{"relu", 1, 1}] = true;
+  p.correct[{"relu", 2, 0}] = true;  // rollout 2 is the first active one at turn 2
+}
+
+}  // namespace
+
+TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, rows match") {
+  Fixture f;
+  ScriptedPolicy policy;
+  script(policy);
+  rl::EngineOptions o;
+  o.max_turns = 3;
+  o.compaction = false;
+  rl::RolloutEngine engine(policy, *f.grader, o);
+  rl::EngineStats st;
+  const auto groups = engine.run(f.tasks, 4, 7, &st);
+  REQUIRE(groups.size() == 2);
+  const auto& a = groups[0];
+  const auto& b = groups[1];
+  CHECK(a.dcp.expand);
+  CHECK(a.dcp.fail_ratio == doctest::Approx(0.5));
+  CHECK_FALSE(b.dcp.expand);
+  CHECK(b.dcp.fail_ratio == doctest::Approx(1.0));
+  CHECK(a.rollouts[0].turns.size() == 1);
+  CHECK(a.rollouts[1].turns.size() == 1);
+  CHECK(a.rollouts[2].turns.size() == 2);
+  CHECK(a.rollouts[3].turns.size() == 3);
+  for (const auto& ro : b.rollouts) CHECK(ro.turns.size() == 1);
+  CHECK(a.rollouts[2].first_success() == 2);
+  CHECK(a.rollouts[3].first_success() == 0);
+  CHECK(a.recovered == 1);
+  CHECK(a.rollouts[2].turns[1].result.verdict == env::Verdict::correct);
+  CHECK(a.rollouts[3].turns[2].result.verdict == env::Verdict::format_error);
+  // 8 turn-1 calls + rollouts 2 and 3 at turn 2 + rollout 3 at turn 3.
+  CHECK(st.env_calls == 11);
+  // The pruned group's 4 failures would each have had 2 more turns.
+  CHECK(st.env_calls_saved == 8);
+  CHECK(b.env_calls_saved == 8);
+  // Turn 2 sees turn 1's answer and its verdict.
+  const auto& p2 = a.rollouts[3].turns[1].prompt;
+  REQUIRE(p2.size() == 4);
+  CHECK(p2[2].role == "assistant");
+  CHECK(p2[2].content == "I don't know.");
+  CHECK(p2[3].content.find("Result: format_error") != std::string::npos);
+
+  // Rank reward without later keys: relu k = {1, 1, 2, inf}.
+  config::Experiment exp;
+  exp.reward.kind = "rank";
+  exp.reward.rank_keys = {};
+  exp.turns.gamma = 0.4;
+  const auto sa = rl::score_group(a, exp);
+  // rollout 0: beats 2 and 3, ties 1 -> (2 - 0) / 3; rollout 2: beats 3, loses to 0, 1 -> -1/3.
+  CHECK(sa[0].reward == doctest::Approx(2.0 / 3));
+  CHECK(sa[1].reward == doctest::Approx(2.0 / 3));
+  CHECK(sa[2].reward == doctest::Approx(-1.0 / 3));
+  CHECK(sa[3].reward == doctest::Approx(-1.0));
+  // A <= 0 reaches every turn unchanged.
+  REQUIRE(sa[3].turn_advantages.size() == 3);
+  CHECK(sa[3].turn_advantages[0] == doctest::Approx(-1.0));
+  CHECK(sa[3].turn_advantages[2] == doctest::Approx(-1.0));
+  CHECK(sa[0].reward_binary == 1.0);
+  CHECK(sa[3].reward_binary == 0.0);
+  const auto sb = rl::score_group(b, exp);
+  for (const auto& s : sb) CHECK(s.reward == 0.0);
+
+  // The store keeps every group, rollout and turn.
+  test::TempDir d;
+  store::Store db(d.path / "leap.db");
+  store::RunInfo info;
+  info.name = "engine-test";
+  info.config_yaml = "{}";
+  info.config_hash = "0";
+  info.git_commit = "test";
+  info.hostname = "test";
+  const std::string run = db.create_run(info);
+  store::StepRecord rec;
+  rec.run_id = run;
+  rec.step = 1;
+  rec.groups = rl::group_records(groups, {sa, sb}, f.tasks, "starter", {}, true);
+  db.write_step(rec);
+  CHECK(db.count_rows("groups") == 2);
+  CHECK(db.count_rows("rollouts") == 8);
+  CHECK(db.count_rows("turns") == 11);
+  auto q = db.db().prepare(
+      "SELECT g.dcp_activated, r.reward, r.first_success_turn, COUNT(t.id) FROM groups g "
+      "JOIN rollouts r ON r.group_id = g.id JOIN turns t ON t.rollout_id = r.id "
+      "WHERE g.group_index = 0 GROUP BY r.id ORDER BY r.rollout_index");
+  std::vector<int64_t> turns;
+  std::vector<double> rewards;
+  while (q.step()) {
+    CHECK(q.column_int64(0) == 1);
+    rewards.push_back(q.column_double(1));
+    turns.push_back(q.column_int64(3));
+  }
+  CHECK(turns == std::vector<int64_t>{1, 1, 2, 3});
+  REQUIRE(rewards.size() == 4);
+  CHECK(rewards[2] == doctest::Approx(-1.0 / 3));
+  auto v = db.db().prepare("SELECT verdict, feedback FROM turns WHERE verdict = 'correct'");
+  int correct = 0;
+  while (v.step()) ++correct;
+  CHECK(correct == 3);
+}
+
+TEST_CASE("rl engine: DCP off expands every failure; compaction replaces earlier turns by a digest") {
+  Fixture f;
+  ScriptedPolicy policy;
+  script(policy);
+  rl::EngineOptions o;
+  o.max_turns = 3;
+  o.dcp.enabled = false;
+  o.compaction = true;
+  o.compaction_strategy = "digest";
+  // Turn 1's prompt fits; any context that carries an earlier attempt does not.
+  const int64_t first = policy.count_tokens(rl::Prompt{{"system", rl::system_prompt("cpu")},
+                                                      {"user", rl::task_message(f.tasks[1]->spec(), "cpu")}});
+  o.max_prompt_tokens = first + 20;
+  rl::RolloutEngine engine(policy, *f.grader, o);
+  rl::EngineStats st;
+  const auto groups = engine.run(f.tasks, 4, 7, &st);
+  const auto& b = groups[1];
+  CHECK(b.dcp.expand);  // DCP off: failures are expanded even when all failed
+  for (const auto& ro : b.rollouts) {
+    REQUIRE(ro.turns.size() == 3);
+    CHECK_FALSE(ro.turns[0].compacted);
+    CHECK(ro.turns[1].compacted);
+    CHECK(ro.turns[1].segment == 1);
+    CHECK(ro.turns[2].segment == 2);
+    const auto& user = ro.turns[2].prompt.at(1).content;
+    CHECK(ro.turns[2].prompt.size() == 2);
+    CHECK(user.find("attempt 1: format_error") != std::string::npos);
+    CHECK(user.find("attempt 2: format_error") != std::string::npos);
+    CHECK(ro.compactions == 2);
+  }
+  // relu: 2 turn-1 failures + rollout 3 at turn 2 -> compactions 2 + 1 (rollout 3 twice, rollout 2 once).
+  CHECK(st.compaction_events == 4 * 2 + 3);
+  CHECK(st.tokens_saved > 0);
+  CHECK(st.env_calls == 8 + 2 + 1 + 4 + 4);
+}
+
+TEST_CASE("rl prompts: think spans are dropped from later contexts") {
+  CHECK(rl::strip_think("<think>plan A</think>\nanswer") == "answer");
+  CHECK(rl::strip_think("a<think>x</think>b<think>y</think>c") == "abc");
+  CHECK(rl::strip_think("keep<think>unclosed") == "keep");
+  CHECK(rl::strip_think("no reasoning") == "no reasoning");
+}
