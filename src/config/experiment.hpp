@@ -17,6 +17,10 @@ struct ModelConfig {
   int64_t lora_rank = 0;                 ///< 0 = full fine-tuning; > 0 = LoRA adapters of this rank
   double lora_alpha = 16.0;              ///< LoRA scaling numerator (scale = alpha / rank)
   bool gradient_checkpointing = false;   ///< recompute each decoder layer in backward
+  /// LibTorch intra-op threads when the policy runs on CPU (0: LibTorch's default). One suits
+  /// small models best: OpenMP threads spin-wait and collapse when the environment's compiler and
+  /// workers share the cores.
+  int64_t cpu_threads = 1;
 };
 
 /// `tasks:` the task set and its split.

@@ -52,6 +52,8 @@ std::vector<Field> build() {
   s.push_back(F("model.gradient_checkpointing", FT::Bool,
                 member(&E_::model, &ModelConfig::gradient_checkpointing),
                 "recompute each decoder layer during backward to save memory"));
+  s.push_back(F("model.cpu_threads", FT::Int, member(&E_::model, &ModelConfig::cpu_threads),
+                "LibTorch threads for the policy on CPU; 0 = LibTorch's default (one per core)", 0, 1024));
   // tasks
   s.push_back(F("tasks.dir", FT::String, member(&E_::tasks, &TasksConfig::dir),
                 "task-set folder: task folders plus an optional set.yaml"));

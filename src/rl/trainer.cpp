@@ -323,6 +323,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
   if (exp.model.device == "cuda" && !torch::cuda::is_available())
     throw ConfigError(ctx.config_path + ": key 'model.device': cuda requested but no CUDA device is available");
   r.device = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  if (!cuda && exp.model.cpu_threads > 0) at::set_num_threads(static_cast<int>(exp.model.cpu_threads));
   r.tok = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(exp.model.path));
   // Master weights stay fp32; on CUDA the forward runs under bf16 autocast.
   r.model = model::load_transformer(exp.model.path, torch::kFloat32, r.device);
