@@ -62,7 +62,7 @@ PY=${LEAP_GPU_PYTHON:-/opt/torch/.venv/bin/python}
 BUILD=${LEAP_GPU_BUILD:-build-gpu}
 JOBS=$(nproc)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" >"$LOG/configure.log" 2>&1 &&
-   timeout 360 ninja -C "$BUILD" -j"$JOBS" leap leap_tests >"$LOG/build.log" 2>&1; then
+   timeout 330 ninja -C "$BUILD" -j"$JOBS" leap leap_tests >"$LOG/build.log" 2>&1; then
   STATUS[build]="ok ($(elapsed) s)"
 else
   STATUS[build]="FAILED"
@@ -77,7 +77,7 @@ if [ "${STATUS[build]}" != "FAILED" ]; then
 
   # 3. The cuda tests (on a GPU none of them may print LEAP-SKIP, except the no-GPU one).
   stage "cuda tests"
-  if timeout 180 "$BUILD/leap_tests" -tc='*cuda*' 2>&1 | tee "$LOG/tests.log"; then
+  if timeout 120 "$BUILD/leap_tests" -tc='*cuda*' 2>&1 | tee "$LOG/tests.log"; then
     STATUS[tests]="ok"
   else
     STATUS[tests]="FAILED"
@@ -87,8 +87,8 @@ if [ "${STATUS[build]}" != "FAILED" ]; then
 
   # 4. Every starter cuda solution through the verifier on the GPU.
   stage "leap eval --backend cuda"
-  timeout 240 "$BUILD/leap" --db /tmp/leap-gpu-check.sqlite eval --tasks tasks/starter --solutions tasks/starter \
-    --backend cuda --format json --set env.workers=4 --set env.timing.trials=10 --set env.timing.max_seconds=1 \
+  timeout 200 "$BUILD/leap" --db /tmp/leap-gpu-check.sqlite eval --tasks tasks/starter --solutions tasks/starter \
+    --backend cuda --format json --set env.seeds=3 --set env.workers=4 --set env.timing.trials=10 --set env.timing.max_seconds=1 \
     --set env.cpu.threads="$JOBS" --set env.run_timeout_s=30 >"$LOG/eval.json" 2>"$LOG/eval.err"
   rc=$?
   tail -5 "$LOG/eval.err"

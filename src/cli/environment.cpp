@@ -95,6 +95,10 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
   env::PoolOptions po;
   po.workers = static_cast<int>(std::max<int64_t>(1, e.workers));
   po.run_timeout_s = e.run_timeout_s;
+  // cuda candidates are device code only (no host code runs in the worker), so a worker keeps
+  // its CUDA context across jobs instead of paying cuInit per job; a fault that poisons the
+  // context still ends the worker (Backend::worker_must_exit).
+  if (backend == "cuda") po.max_jobs_per_worker = 64;
   out->pool = std::make_shared<env::WorkerPool>(out->backend, po);
   out->verifier = std::make_unique<env::Verifier>(out->backend, out->pool, verifier_options(e));
   return out;

@@ -124,6 +124,7 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   // Resources of this job, released at the end unless the context is poisoned (then the process
   // exits, and the driver frees everything with it).
   struct Job {
+    Job(const CudaDriverApi& api, bool& p) : d(api), poisoned(p) {}
     const CudaDriverApi& d;
     bool& poisoned;
     CUmodule module = nullptr;

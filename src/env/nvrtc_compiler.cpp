@@ -125,8 +125,10 @@ std::set<std::string> cubin_kernel_names(const std::string& elf) {
       Elf64_Sym sym;
       std::memcpy(&sym, elf.data() + sh.sh_offset + k * sizeof sym, sizeof sym);
       if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC) continue;
-      const int bind = ELF64_ST_BIND(sym.st_info);
-      if (bind != STB_GLOBAL && bind != STB_WEAK) continue;
+      // NVIDIA marks kernel entry points with STO_CUDA_ENTRY (0x10) in st_other; global or weak
+      // functions without it are device helpers (e.g. $__internal_..._div_u64 slow paths).
+      constexpr unsigned char kStoCudaEntry = 0x10;
+      if (ELF64_ST_BIND(sym.st_info) != STB_GLOBAL || !(sym.st_other & kStoCudaEntry)) continue;
       if (sym.st_shndx == SHN_UNDEF || sym.st_name >= str.sh_size) continue;
       const char* name = elf.data() + str.sh_offset + sym.st_name;
       out.insert(std::string(name, strnlen(name, str.sh_size - sym.st_name)));

@@ -52,7 +52,8 @@ std::string nvrtc_version();
 /// Real architectures NVRTC can target, as compute capabilities times ten (75, 80, 90, ...).
 std::vector<int> nvrtc_supported_archs();
 
-/// Names of the global function symbols (kernels) in an ELF image (a CUBIN). Throws leap::Error
+/// Names of the kernel entry points in an ELF image (a CUBIN): global functions that carry
+/// NVIDIA's STO_CUDA_ENTRY mark (device helpers do not). Throws leap::Error
 /// if `elf` is not a 64-bit little-endian ELF file or its section table is out of bounds.
 std::set<std::string> cubin_kernel_names(const std::string& elf);
 
