@@ -17,7 +17,6 @@
 
 #include "env/extract.hpp"
 #include "env/nvrtc_compiler.hpp"
-#include "tasks/task_spec.hpp"
 #include "util/subprocess.hpp"
 
 namespace fs = std::filesystem;
@@ -78,16 +77,17 @@ int main(int argc, char** argv) {
   const std::string nvcc = std::string(LEAP_CUDA_HOME) + "/bin/nvcc";
   const std::string arch = "sm_90";
 
-  auto set = tasks::load_task_set(dir);
   struct Item {
     std::string name, code;
   };
-  std::vector<Item> items;
-  for (const auto& spec : set.tasks)
-    for (const auto& e : fs::directory_iterator(fs::path(spec.dir) / "solutions"))
+  std::vector<Item> items;  // every <task>/solutions/cuda_*.md
+  for (const auto& t : fs::directory_iterator(dir)) {
+    if (!t.is_directory() || !fs::is_directory(t.path() / "solutions")) continue;
+    for (const auto& e : fs::directory_iterator(t.path() / "solutions"))
       if (e.path().filename().string().rfind("cuda_", 0) == 0)
-        items.push_back({spec.name + "/" + e.path().stem().string(),
+        items.push_back({t.path().filename().string() + "/" + e.path().stem().string(),
                          env::extract_answer(slurp(e.path()), env::CodeLanguage::cuda).code});
+  }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.name < b.name; });
 
   const fs::path tmp = fs::temp_directory_path() / ("leap-bench-compile-" + std::to_string(getpid()));
