@@ -316,7 +316,9 @@ TEST_CASE("env: leap tasks validate tasks/starter reports no weak task and every
   CAPTURE(r.err);
   CHECK(r.rc == 0);
   CHECK(contains(r.out, "29 tasks: 0 with problems, 0 weak; "));
-  CHECK(contains(r.out, "cuda solutions skipped"));
+  // Every cuda solution is compiled with NVRTC and bound (no GPU needed), none skipped.
+  CHECK(contains(r.out, "29 cuda solutions compile"));
+  CHECK(contains(r.out, "0 cuda solutions skipped"));
   CHECK_FALSE(contains(r.out, "WEAK"));
 }
 

@@ -8,6 +8,9 @@
 #include <sstream>
 
 #include "env/cpu_backend.hpp"
+#if LEAP_HAVE_NVRTC
+#include "env/cuda_backend.hpp"
+#endif
 #include "util/error.hpp"
 
 namespace leap::cli {
@@ -34,10 +37,22 @@ env::VerifierOptions verifier_options(const config::EnvConfig& e) {
   return o;
 }
 
-std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const std::string& backend) {
-  if (backend != "cpu")
-    throw NotBuiltError("the " + backend + " backend is not built yet (Kernel environment II); use --backend cpu");
-  auto out = std::make_unique<Environment>();
+namespace {
+
+// The compile cache folder for `backend` (a temporary one when env.compile_cache is off).
+void set_cache_dir(Environment& out, const config::EnvConfig& e, const std::string& backend) {
+  if (e.compile_cache) {
+    out.cache_dir = (std::filesystem::path(e.cache_dir) / backend).string();
+  } else {
+    std::string t = (std::filesystem::temp_directory_path() / "leap-nocache-XXXXXX").string();
+    if (!mkdtemp(t.data())) throw Error("cannot create a temporary compile folder");
+    out.cache_dir = t;
+    out.temp_cache = true;
+  }
+  std::filesystem::create_directories(out.cache_dir);
+}
+
+std::shared_ptr<env::Backend> make_cpu_backend(const config::EnvConfig& e, const std::string& cache_dir) {
   env::CpuBackendOptions co;
   co.compiler = e.cpu.compiler;
   co.flags.clear();
@@ -48,20 +63,43 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
   if (!has_no_undef) co.flags.push_back("-Wl,--no-undefined");
   co.compile_timeout_s = e.compile_timeout_s;
   co.feedback_chars = static_cast<size_t>(e.feedback_max_chars);
-  if (e.compile_cache) {
-    out->cache_dir = (std::filesystem::path(e.cache_dir) / "cpu").string();
-  } else {
-    std::string t = (std::filesystem::temp_directory_path() / "leap-nocache-XXXXXX").string();
-    if (!mkdtemp(t.data())) throw Error("cannot create a temporary compile folder");
-    out->cache_dir = t;
-    out->temp_cache = true;
-  }
-  std::filesystem::create_directories(out->cache_dir);
-  co.cache_dir = out->cache_dir;
-  out->backend = std::make_shared<env::CpuBackend>(co);
+  co.cache_dir = cache_dir;
+  return std::make_shared<env::CpuBackend>(co);
+}
+
+}  // namespace
+
+std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& e, const std::string& cache_dir,
+                                                bool require_device) {
+#if LEAP_HAVE_NVRTC
+  env::CudaBackendOptions co;
+  co.nvrtc.arch = e.cuda.arch;
+  co.nvrtc.cache_dir = cache_dir;
+  co.nvrtc.timeout_s = e.compile_timeout_s;
+  co.nvrtc.feedback_chars = static_cast<size_t>(e.feedback_max_chars);
+  co.require_device = require_device;
+  return std::make_shared<env::CudaBackend>(co);
+#else
+  (void)e;
+  (void)cache_dir;
+  (void)require_device;
+  throw NotBuiltError("the cuda backend is not in this build (no CUDA toolkit / NVRTC at build time)");
+#endif
+}
+
+std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const std::string& backend) {
+  if (backend != "cpu" && backend != "cuda")
+    throw UsageError("unknown backend '" + backend + "' (cpu or cuda)");
+  auto out = std::make_unique<Environment>();
+  set_cache_dir(*out, e, backend);
+  out->backend = backend == "cpu" ? make_cpu_backend(e, out->cache_dir) : make_cuda_backend(e, out->cache_dir, true);
   env::PoolOptions po;
   po.workers = static_cast<int>(std::max<int64_t>(1, e.workers));
   po.run_timeout_s = e.run_timeout_s;
+  // cuda candidates are device code only (no host code runs in the worker), so a worker keeps
+  // its CUDA context across jobs instead of paying cuInit per job; a fault that poisons the
+  // context still ends the worker (Backend::worker_must_exit).
+  if (backend == "cuda") po.max_jobs_per_worker = 64;
   out->pool = std::make_shared<env::WorkerPool>(out->backend, po);
   out->verifier = std::make_unique<env::Verifier>(out->backend, out->pool, verifier_options(e));
   return out;

@@ -22,10 +22,18 @@ struct Environment {
 /// Verifier settings from `env:` (seeds, timing, threads, feedback bound).
 env::VerifierOptions verifier_options(const config::EnvConfig& env);
 
-/// Builds the environment for `backend` ("cpu"; "cuda" throws NotBuiltError until the cuda
-/// backend exists). With env.compile_cache false, a fresh temporary cache folder is used and
-/// removed with the Environment.
+/// Builds the environment for `backend` ("cpu" or "cuda"; the cache folder is
+/// `env.cache_dir/<backend>`). With env.compile_cache false, a fresh temporary cache folder is used
+/// and removed with the Environment. "cuda" throws env::CudaUnavailableError (exit 1, "the cuda
+/// backend needs an NVIDIA GPU and its driver: ...") on a machine without a usable GPU, and
+/// NotBuiltError in a build without NVRTC; an unknown name throws UsageError.
 std::unique_ptr<Environment> make_environment(const config::EnvConfig& env, const std::string& backend);
+
+/// The cuda backend alone, compiling into `cache_dir`. With `require_device` false it works
+/// without a GPU for compiling only (NVRTC targets env.cuda.arch); see env::CudaBackendOptions.
+/// Throws NotBuiltError in a build without NVRTC.
+std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& env, const std::string& cache_dir,
+                                                bool require_device);
 
 }  // namespace leap::cli
 

@@ -10,6 +10,10 @@
 
 #include "cli/commands.hpp"
 #include "cli/environment.hpp"
+#include "env/binding.hpp"
+#include "env/errors.hpp"
+#include "env/extract.hpp"
+#include "env/launch_plan.hpp"
 #include "env/validate.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
@@ -97,6 +101,25 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
+// Checks a cuda answer without a GPU: extract, parse the plan, compile with NVRTC, bind against the
+// CUBIN's kernels. Returns "" when all of it passes, else the verdict and feedback.
+std::string check_cuda_compiles(env::Backend& cuda, const env::RuntimeTask& rt, const std::string& answer) {
+  try {
+    env::ExtractedAnswer ans = env::extract_answer(answer, env::CodeLanguage::cuda);
+    env::PlanParseOptions po = cuda.plan_options();
+    po.line_offset = ans.plan_line - 1;
+    env::LaunchPlan plan = env::parse_launch_plan(ans.plan_yaml, rt.interface(), po);
+    env::CompileOutcome c = cuda.compile(ans.code, plan);
+    if (!c.ok) return "compile_error\n      " + c.feedback;
+    env::bind_plan(plan, rt.interface(), cuda.limits(), &c.artifact.exports);
+  } catch (const env::FormatError& e) {
+    return std::string("format_error\n      ") + e.what();
+  } catch (const env::LaunchError& e) {
+    return std::string("launch_error\n      ") + e.what();
+  }
+  return "";
+}
+
 int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing) {
   config::Experiment exp = exp_in;
   tasks::TaskSet set = tasks::load_task_set(dir);  // loader errors throw (file:line: key: ...)
@@ -104,7 +127,18 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
   env::VerifierOptions vo = verifier_options(exp.env);
   vo.timing = timing;
   env::Verifier verifier(envp->backend, envp->pool, vo);
-  int problems = 0, weak_tasks = 0, cuda_skipped = 0, solutions_ok = 0;
+  int problems = 0, weak_tasks = 0, cuda_skipped = 0, cuda_compiled = 0, solutions_ok = 0;
+  // cuda solutions are compiled with NVRTC (no GPU needed) and bound against their kernels; they
+  // are run only by `leap eval --backend cuda` on a GPU machine.
+  std::shared_ptr<env::Backend> cuda_backend;
+  std::string no_cuda;
+  try {
+    fs::path cdir = envp->temp_cache ? fs::path(envp->cache_dir) / "cuda" : fs::path(envp->cache_dir).parent_path() / "cuda";
+    fs::create_directories(cdir);
+    cuda_backend = make_cuda_backend(exp.env, cdir.string(), false);
+  } catch (const std::exception& e) {
+    no_cuda = e.what();
+  }
   std::printf("validating task set %s (%s): %zu tasks, cpu backend%s\n", set.name.c_str(), dir.c_str(), set.tasks.size(),
               timing ? "" : " (correctness only; --time to time the solutions)");
   for (const auto& spec : set.tasks) {
@@ -151,16 +185,28 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
       }
     }
     for (const auto& f : cuda) {
-      ++cuda_skipped;
-      notes.push_back(f.filename().string() + ": skipped (no cuda backend in this build)");
+      if (!cuda_backend || !rt) {
+        ++cuda_skipped;
+        notes.push_back(f.filename().string() + ": skipped (" + (rt ? no_cuda : std::string("no reference")) + ")");
+        continue;
+      }
+      std::string err = check_cuda_compiles(*cuda_backend, *rt, slurp(f));
+      if (err.empty()) {
+        ++cuda_compiled;
+        notes.push_back(f.filename().string() + ": compiles (NVRTC); not run here");
+      } else {
+        bad = true;
+        notes.push_back("SOLUTION " + f.filename().string() + ": " + err);
+      }
     }
     if (cpu.empty()) notes.push_back("no cpu solution shipped");
     problems += bad;
     std::printf("%-4s %s\n", bad ? "FAIL" : "ok", spec.name.c_str());
     for (const auto& n : notes) std::printf("     %s\n", n.c_str());
   }
-  std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct; %d cuda solutions skipped (no GPU backend)\n",
-              set.tasks.size(), problems, weak_tasks, solutions_ok, cuda_skipped);
+  std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct; %d cuda solutions compile (not run: "
+              "`leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped\n",
+              set.tasks.size(), problems, weak_tasks, solutions_ok, cuda_compiled, cuda_skipped);
   return problems ? 1 : 0;
 }
 

@@ -10,6 +10,8 @@
 
 #if LEAP_HAVE_NVRTC
 #include <nvrtc.h>
+
+#include "env/cuda_driver.hpp"
 #endif
 
 namespace leap::cli {
@@ -31,6 +33,13 @@ Handler add_version(CLI::App& app, const GlobalOptions& g) {
       std::cout << "nvrtc: available, " << major << "." << minor << "\n";
     else
       std::cout << "nvrtc: not available\n";
+    // The driver API, loaded lazily (dlopen); what the cuda backend would run on.
+    try {
+      env::CudaDeviceInfo d = env::query_cuda_device(0);
+      std::cout << "gpu: " << d.summary() << "\n";
+    } catch (const std::exception& e) {
+      std::cout << "gpu: none (" << e.what() << ")\n";
+    }
 #else
     std::cout << "nvrtc: not available (built without the CUDA toolkit)\n";
 #endif

@@ -81,6 +81,9 @@ class Backend {
   virtual RunOutcome execute(const Artifact& artifact, const BoundPlan& plan,
                              const std::vector<void*>& tensors, const RunRequest& request,
                              std::atomic<int>* current_launch) = 0;
+  /// Asked inside a worker after each job's reply is sent: true if the process must exit (its
+  /// device state is unusable, e.g. a poisoned CUDA context); the pool then starts a fresh one.
+  virtual bool worker_must_exit() const { return false; }
 };
 
 }  // namespace leap::env

@@ -253,6 +253,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch) {
     if (base != MAP_FAILED) munmap(base, total);
     if (fd >= 0) close(fd);
     if (!send_frame(sock, outcome_to_json(out).dump())) return 1;
+    if (backend.worker_must_exit()) return 0;  // e.g. a poisoned CUDA context
   }
 }
 

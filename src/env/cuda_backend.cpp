@@ -1,0 +1,382 @@
+#include "env/cuda_backend.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "env/cuda_driver.hpp"
+#include "util/error.hpp"
+
+namespace leap::env {
+
+namespace {
+
+std::string read_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read the compiled module " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string dims_text(const std::array<int64_t, 3>& d) {
+  return "[" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + "]";
+}
+
+std::string launch_name(const BoundPlan& plan, size_t li) {
+  return "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel + ")";
+}
+
+const char* kind_text(ArgKind k) {
+  switch (k) {
+    case ArgKind::tensor: return "a tensor (8-byte pointer)";
+    case ArgKind::int64: return "an int64 value";
+    case ArgKind::float32: return "a float32 value";
+    case ArgKind::float64: return "a float64 value";
+  }
+  return "?";
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(CudaBackendOptions options)
+    : options_(std::move(options)), device_(std::make_unique<std::optional<CudaDeviceInfo>>()) {
+  *device_ = probe_cuda_device(options_.device, &no_device_reason_);
+  if (!*device_ && options_.require_device)
+    throw CudaUnavailableError("the cuda backend needs an NVIDIA GPU and its driver: " + no_device_reason_);
+  arch_ = *device_ ? (*device_)->arch() : options_.nvrtc.arch;
+  if (*device_) {
+    const int cc = (*device_)->cc_major * 10 + (*device_)->cc_minor;
+    auto archs = nvrtc_supported_archs();
+    if (!archs.empty() && std::find(archs.begin(), archs.end(), cc) == archs.end())
+      throw Error("NVRTC " + nvrtc_version() + " cannot compile for this GPU's architecture " + arch_);
+  }
+  NvrtcOptions no = options_.nvrtc;
+  no.arch = arch_;
+  compiler_ = std::make_unique<NvrtcCompiler>(no);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+const std::optional<CudaDeviceInfo>& CudaBackend::device() const { return *device_; }
+
+LaunchLimits CudaBackend::limits() const {
+  LaunchLimits l;
+  if (*device_) {
+    const CudaDeviceInfo& d = **device_;
+    l.max_threads_per_block = d.max_threads_per_block;
+    l.max_block = d.max_block;
+    l.max_grid = d.max_grid;
+    l.max_shared_bytes = std::max(d.max_shared_per_block_optin, d.max_shared_per_block);
+  } else {  // Hopper (sm_90) values
+    l.max_threads_per_block = 1024;
+    l.max_block = {1024, 1024, 64};
+    l.max_grid = {2147483647, 65535, 65535};
+    l.max_shared_bytes = 232448;  // 227 KiB
+  }
+  return l;
+}
+
+PlanParseOptions CudaBackend::plan_options() const {
+  PlanParseOptions o;
+  o.require_grid_block = true;
+  return o;
+}
+
+CompileOutcome CudaBackend::compile(const std::string& code, const LaunchPlan& plan) {
+  (void)plan;  // argument types are checked against the kernel's parameters at launch time
+  NvrtcResult r = compiler_->compile(code);
+  CompileOutcome out;
+  out.ok = r.ok;
+  out.log = r.log;
+  out.feedback = r.feedback;
+  out.timed_out = r.timed_out;
+  out.seconds = r.seconds;
+  out.artifact.backend = name();
+  out.artifact.path = r.cubin_path;
+  out.artifact.exports = r.exports;
+  out.artifact.key = r.key;
+  out.artifact.from_cache = r.from_cache;
+  return out;
+}
+
+RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan, const std::vector<void*>& tensors,
+                                const RunRequest& request, std::atomic<int>* current_launch) {
+  RunOutcome out;
+  if (poisoned_) {
+    out.verdict = Verdict::runtime_error;
+    out.message = "internal: this worker's CUDA context was poisoned by an earlier job";
+    return out;
+  }
+  const CudaDriverApi* dp = nullptr;
+  try {
+    dp = &cuda_driver();
+  } catch (const CudaUnavailableError& e) {
+    out.verdict = Verdict::runtime_error;
+    out.message = std::string("cannot run cuda code here: ") + e.what();
+    return out;
+  }
+  const CudaDriverApi& d = *dp;
+
+  // Resources of this job, released at the end unless the context is poisoned (then the process
+  // exits, and the driver frees everything with it).
+  struct Job {
+    Job(const CudaDriverApi& api, bool& p) : d(api), poisoned(p) {}
+    const CudaDriverApi& d;
+    bool& poisoned;
+    CUmodule module = nullptr;
+    CUstream stream = nullptr;
+    CUevent start = nullptr, stop = nullptr;
+    std::vector<CUdeviceptr> buffers;
+    CUdeviceptr flush = 0;
+    ~Job() {
+      if (poisoned) return;
+      for (CUdeviceptr p : buffers)
+        if (p) d.cuMemFree(p);
+      if (flush) d.cuMemFree(flush);
+      if (start) d.cuEventDestroy(start);
+      if (stop) d.cuEventDestroy(stop);
+      if (stream) d.cuStreamDestroy(stream);
+      if (module) d.cuModuleUnload(module);
+    }
+  } job{d, poisoned_};
+
+  // Fills `out` for a failed driver call; a sticky error poisons the context. Returns `out`.
+  auto fail = [&](Verdict v, const std::string& text, CUresult r, int launch) -> RunOutcome& {
+    out.verdict = v;
+    out.failed_launch = launch;
+    out.message = text + (r == CUDA_SUCCESS ? std::string() : ": " + cuda_error_text(r));
+    if (cuda_error_is_sticky(r)) {
+      poisoned_ = true;
+      out.verdict = Verdict::runtime_error;
+      out.message += " (the CUDA context is lost; the worker process is replaced)";
+    }
+    if (current_launch) current_launch->store(-1);
+    return out;
+  };
+
+  // 1. Context: the device's primary context (the one LibTorch would use too).
+  CUdevice dev = 0;
+  CUresult r = d.cuInit(0);
+  if (r == CUDA_SUCCESS) r = d.cuDeviceGet(&dev, options_.device);
+  if (r == CUDA_SUCCESS && !ctx_) {
+    CUcontext c = nullptr;
+    r = d.cuDevicePrimaryCtxRetain(&c, dev);
+    ctx_ = c;
+  }
+  if (r == CUDA_SUCCESS) r = d.cuCtxSetCurrent(static_cast<CUcontext>(ctx_));
+  if (r != CUDA_SUCCESS) {
+    poisoned_ = true;  // nothing works in this process; let the pool start another
+    return fail(Verdict::runtime_error, "cannot set up the GPU in the worker", r, -1);
+  }
+
+  // 2. Module and functions; checks that need the compiled kernel.
+  const std::string image = read_binary(artifact.path);
+  r = d.cuModuleLoadData(&job.module, image.data());
+  if (r != CUDA_SUCCESS)
+    return fail(Verdict::launch_error, "the compiled module (" + arch_ + ") could not be loaded on this GPU", r, -1);
+  int max_optin = 0, max_default = 0;
+  d.cuDeviceGetAttribute(&max_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+  d.cuDeviceGetAttribute(&max_default, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, dev);
+  std::map<std::string, CUfunction> functions;
+  std::map<std::string, int64_t> max_dynamic;  // per kernel: the largest dynamic shared memory asked for
+  std::vector<CUfunction> fn(plan.launches.size());
+  for (size_t li = 0; li < plan.launches.size(); ++li) {
+    const BoundLaunch& l = plan.launches[li];
+    const int ili = static_cast<int>(li);
+    auto it = functions.find(l.kernel);
+    if (it == functions.end()) {
+      CUfunction f = nullptr;
+      r = d.cuModuleGetFunction(&f, job.module, l.kernel.c_str());
+      if (r == CUDA_ERROR_NOT_FOUND)
+        return fail(Verdict::launch_error,
+                    launch_name(plan, li) + ": unknown kernel '" + l.kernel +
+                        "': the compiled code has no extern \"C\" __global__ function of that name",
+                    CUDA_SUCCESS, ili);
+      if (r != CUDA_SUCCESS) return fail(Verdict::launch_error, launch_name(plan, li) + ": cuModuleGetFunction", r, ili);
+      it = functions.emplace(l.kernel, f).first;
+    }
+    fn[li] = it->second;
+    CUfunction f = it->second;
+    const int64_t threads = l.block[0] * l.block[1] * l.block[2];
+    int max_threads = 0, regs = 0, static_smem = 0;
+    d.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+    d.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+    d.cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+    if (max_threads > 0 && threads > max_threads)
+      return fail(Verdict::launch_error,
+                  launch_name(plan, li) + ": block " + dims_text(l.block) + " has " + std::to_string(threads) +
+                      " threads, but this kernel uses " + std::to_string(regs) +
+                      " registers per thread and can run at most " + std::to_string(max_threads) + " threads per block",
+                  CUDA_SUCCESS, ili);
+    if (max_optin > 0 && static_smem + l.shared_bytes > max_optin)
+      return fail(Verdict::launch_error,
+                  launch_name(plan, li) + ": " + std::to_string(static_smem) + " bytes of static and " +
+                      std::to_string(l.shared_bytes) + " bytes of dynamic shared memory exceed the GPU's " +
+                      std::to_string(max_optin) + " bytes per block",
+                  CUDA_SUCCESS, ili);
+    max_dynamic[l.kernel] = std::max(max_dynamic[l.kernel], l.shared_bytes);
+    // The parameters, where the driver can list them.
+    if (d.cuFuncGetParamInfo) {
+      std::vector<size_t> sizes;
+      for (size_t k = 0;; ++k) {
+        size_t off = 0, size = 0;
+        if (d.cuFuncGetParamInfo(f, k, &off, &size) != CUDA_SUCCESS) break;
+        sizes.push_back(size);
+      }
+      if (sizes.size() != l.args.size())
+        return fail(Verdict::launch_error,
+                    launch_name(plan, li) + ": the kernel takes " + std::to_string(sizes.size()) +
+                        " parameters but the launch plan passes " + std::to_string(l.args.size()) + " arguments",
+                    CUDA_SUCCESS, ili);
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        const BoundArg& a = l.args[k];
+        bool fits = false;
+        switch (a.kind) {
+          case ArgKind::tensor: fits = sizes[k] == 8; break;
+          case ArgKind::int64: fits = sizes[k] == 8 || (sizes[k] == 4 && a.i >= INT32_MIN && a.i <= INT32_MAX); break;
+          case ArgKind::float32: fits = sizes[k] == 4; break;
+          case ArgKind::float64: fits = sizes[k] == 8; break;
+        }
+        if (!fits)
+          return fail(Verdict::launch_error,
+                      launch_name(plan, li) + ": argument " + std::to_string(k + 1) + " is " + kind_text(a.kind) +
+                          " but the kernel's parameter " + std::to_string(k + 1) + " is " + std::to_string(sizes[k]) +
+                          " bytes" + (a.kind == ArgKind::int64 && sizes[k] == 4 ? " and the value does not fit in 32 bits" : ""),
+                      CUDA_SUCCESS, ili);
+      }
+    }
+  }
+  for (const auto& [kernel, bytes] : max_dynamic) {
+    if (bytes <= 0) continue;
+    r = d.cuFuncSetAttribute(functions[kernel], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes));
+    if (r != CUDA_SUCCESS)
+      return fail(Verdict::launch_error,
+                  "kernel " + kernel + ": cannot allow " + std::to_string(bytes) + " bytes of dynamic shared memory", r, -1);
+  }
+
+  // 3. Device buffers: one per tensor, filled from the shared host memory.
+  job.buffers.assign(plan.tensors.size(), 0);
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const size_t bytes = plan.tensors[i].bytes();
+    r = d.cuMemAlloc(&job.buffers[i], std::max<size_t>(bytes, 1));
+    if (r != CUDA_SUCCESS) {
+      job.buffers[i] = 0;
+      return fail(Verdict::launch_error,
+                  "cannot allocate " + std::to_string(bytes) + " bytes of device memory for '" + plan.tensors[i].name + "'",
+                  r, -1);
+    }
+    if (bytes && (r = d.cuMemcpyHtoD(job.buffers[i], tensors.at(i), bytes)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "copying '" + plan.tensors[i].name + "' to the GPU", r, -1);
+  }
+  int l2 = 0;
+  d.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev);
+  const size_t flush_bytes = options_.l2_flush_bytes > 0 ? static_cast<size_t>(options_.l2_flush_bytes)
+                                                         : std::max<size_t>(size_t(2) * static_cast<size_t>(l2), size_t(8) << 20);
+  if ((r = d.cuMemAlloc(&job.flush, flush_bytes)) != CUDA_SUCCESS) {
+    job.flush = 0;
+    return fail(Verdict::runtime_error, "cannot allocate the L2 flush buffer", r, -1);
+  }
+  if ((r = d.cuStreamCreate(&job.stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
+      (r = d.cuEventCreate(&job.start, CU_EVENT_DEFAULT)) != CUDA_SUCCESS ||
+      (r = d.cuEventCreate(&job.stop, CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
+    return fail(Verdict::runtime_error, "cannot create the stream and events", r, -1);
+  // Pageable host-to-device copies may still be in flight: finish them before the first launch.
+  if ((r = d.cuCtxSynchronize()) != CUDA_SUCCESS) return fail(Verdict::runtime_error, "uploading the tensors", r, -1);
+
+  // 4. Argument slots: one 8-byte slot per argument, per rotation; kernelParams point at them.
+  const size_t n_rot = std::max<size_t>(1, request.rotations.size());
+  auto tensor_index = [&](size_t rot, int t) -> size_t {
+    if (request.rotations.empty()) return static_cast<size_t>(t);
+    return static_cast<size_t>(request.rotations[rot].at(static_cast<size_t>(t)));
+  };
+  std::vector<std::vector<std::vector<uint64_t>>> slots(plan.launches.size());  // [launch][rot][arg]
+  std::vector<std::vector<std::vector<void*>>> params(plan.launches.size());
+  for (size_t li = 0; li < plan.launches.size(); ++li) {
+    const BoundLaunch& l = plan.launches[li];
+    slots[li].assign(n_rot, std::vector<uint64_t>(l.args.size(), 0));
+    params[li].assign(n_rot, std::vector<void*>(l.args.size(), nullptr));
+    for (size_t rot = 0; rot < n_rot; ++rot)
+      for (size_t k = 0; k < l.args.size(); ++k) {
+        const BoundArg& a = l.args[k];
+        uint64_t& s = slots[li][rot][k];
+        switch (a.kind) {
+          case ArgKind::tensor: s = static_cast<uint64_t>(job.buffers.at(tensor_index(rot, a.tensor))); break;
+          case ArgKind::int64: std::memcpy(&s, &a.i, 8); break;  // little-endian: an int parameter reads the low half
+          case ArgKind::float32: {
+            float f = static_cast<float>(a.f);
+            std::memcpy(&s, &f, 4);
+            break;
+          }
+          case ArgKind::float64: std::memcpy(&s, &a.f, 8); break;
+        }
+        params[li][rot][k] = &s;
+      }
+  }
+
+  // 5. Runs: warm-up, then timed trials, each after an L2 flush.
+  using Clock = std::chrono::steady_clock;
+  const int warmup = std::max(0, request.warmup);
+  const int total = warmup + std::max(1, request.trials);
+  const auto job_start = Clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
+  for (int t = 0; t < total; ++t) {
+    if (request.max_seconds > 0 && static_cast<size_t>(t) >= n_rot) {  // every set runs at least once
+      if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;  // skip the rest of warm-up
+      if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
+    }
+    const size_t rot = static_cast<size_t>(t) % n_rot;
+    // The first run synchronises after every launch, so a fault names its launch.
+    const bool sync_each = t == 0;
+    if ((r = d.cuMemsetD8Async(job.flush, static_cast<unsigned char>(t), flush_bytes, job.stream)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "flushing the L2 cache", r, -1);
+    if (d.cuCtxResetPersistingL2Cache) d.cuCtxResetPersistingL2Cache();
+    if ((r = d.cuEventRecord(job.start, job.stream)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "cuEventRecord", r, -1);
+    for (size_t li = 0; li < plan.launches.size(); ++li) {
+      const BoundLaunch& l = plan.launches[li];
+      const int ili = static_cast<int>(li);
+      if (current_launch) current_launch->store(ili);
+      r = d.cuLaunchKernel(fn[li], static_cast<unsigned>(l.grid[0]), static_cast<unsigned>(l.grid[1]),
+                           static_cast<unsigned>(l.grid[2]), static_cast<unsigned>(l.block[0]),
+                           static_cast<unsigned>(l.block[1]), static_cast<unsigned>(l.block[2]),
+                           static_cast<unsigned>(l.shared_bytes), job.stream, params[li][rot].data(), nullptr);
+      if (r != CUDA_SUCCESS) {
+        const bool config = r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES ||
+                            r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_NOT_FOUND;
+        return fail(config ? Verdict::launch_error : Verdict::runtime_error,
+                    launch_name(plan, li) + " with grid " + dims_text(l.grid) + ", block " + dims_text(l.block) +
+                        ", " + std::to_string(l.shared_bytes) + " bytes of dynamic shared memory could not be launched",
+                    r, ili);
+      }
+      if (sync_each && (r = d.cuStreamSynchronize(job.stream)) != CUDA_SUCCESS)
+        return fail(Verdict::runtime_error, launch_name(plan, li) + " failed", r, ili);
+    }
+    if ((r = d.cuEventRecord(job.stop, job.stream)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "cuEventRecord", r, -1);
+    if ((r = d.cuEventSynchronize(job.stop)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error,
+                  "the launch sequence failed" + std::string(plan.launches.size() > 1 ? " (in one of its launches)" : ""), r,
+                  plan.launches.size() == 1 ? 0 : -1);
+    float ms = 0;
+    if ((r = d.cuEventElapsedTime(&ms, job.start, job.stop)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "cuEventElapsedTime", r, -1);
+    if (t >= warmup) out.times_ms.push_back(ms);
+  }
+  if (current_launch) current_launch->store(-1);
+
+  // 6. Every tensor back to the shared host memory (inputs too: the verifier checks them).
+  if ((r = d.cuStreamSynchronize(job.stream)) != CUDA_SUCCESS)
+    return fail(Verdict::runtime_error, "the launch sequence failed", r, -1);
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const size_t bytes = plan.tensors[i].bytes();
+    if (bytes && (r = d.cuMemcpyDtoH(tensors.at(i), job.buffers[i], bytes)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "copying '" + plan.tensors[i].name + "' back from the GPU", r, -1);
+  }
+  return out;
+}
+
+}  // namespace leap::env
