@@ -14,6 +14,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/environment.hpp"
+#include "cli/eval_model.hpp"
 #include "config/load.hpp"
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
@@ -195,7 +196,19 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
       if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
       return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g.db);
     }
-    not_built("leap eval with a model", "KernelBench import, leap eval --bench, and leap report");
+    if (o->bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
+    ModelEvalArgs a;
+    a.bench = o->bench;
+    a.model = o->model;
+    a.run = o->run;
+    a.checkpoint = o->checkpoint;
+    a.turns = o->turns;
+    a.samples = o->samples;
+    a.levels = o->levels;
+    a.limit = o->limit;
+    a.backend = o->backend;
+    a.format = o->format;
+    return eval_model(a, experiment_from_flags(o->config, o->sets), g);
   };
 }
 

@@ -81,4 +81,26 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
   return out;
 }
 
+std::vector<store::EvalResultRecord> eval_result_records(const std::vector<GroupResult>& groups,
+                                                         const std::vector<const env::RuntimeTask*>& tasks,
+                                                         const std::string& task_set) {
+  std::vector<store::EvalResultRecord> rows;
+  for (const auto& g : groups) {
+    const auto& spec = tasks[g.task_index]->spec();
+    for (size_t i = 0; i < g.rollouts.size(); ++i)
+      for (const auto& t : g.rollouts[i].turns) {
+        store::EvalResultRecord rec;
+        rec.task = task_info(task_set, spec);
+        rec.sample = static_cast<int64_t>(i);
+        rec.turn = t.turn;
+        rec.verdict = std::string(env::to_string(t.result.verdict));
+        rec.speedup = finite_or_empty(t.result.speedup);
+        rec.candidate_ms = finite_or_empty(t.result.candidate_ms);
+        rec.reference_ms = finite_or_empty(t.result.reference_ms);
+        rows.push_back(std::move(rec));
+      }
+  }
+  return rows;
+}
+
 }  // namespace leap::rl

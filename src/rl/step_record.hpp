@@ -34,4 +34,9 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
                                               const std::string& task_set, const LogprobMeans& means,
                                               bool store_text);
 
+/// One eval_results row per graded turn of every rollout (sample = rollout index, turn 1-based).
+std::vector<store::EvalResultRecord> eval_result_records(const std::vector<GroupResult>& groups,
+                                                         const std::vector<const env::RuntimeTask*>& tasks,
+                                                         const std::string& task_set);
+
 }  // namespace leap::rl

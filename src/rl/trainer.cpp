@@ -209,22 +209,7 @@ EvalSummary run_eval(Run& r, int64_t step) {
   info.settings_json = "{\"turns\": " + std::to_string(o.max_turns) + ", \"samples\": " +
                        std::to_string(r.exp.eval.samples) + ", \"temperature\": " +
                        std::to_string(r.exp.eval.temperature) + ", \"backend\": \"" + r.exp.env.backend + "\"}";
-  std::vector<store::EvalResultRecord> rows;
-  for (const auto& g : groups) {
-    const auto& spec = tasks[g.task_index]->spec();
-    for (size_t i = 0; i < g.rollouts.size(); ++i)
-      for (const auto& t : g.rollouts[i].turns) {
-        store::EvalResultRecord rec;
-        rec.task = task_info(r.set.name, spec);
-        rec.sample = static_cast<int64_t>(i);
-        rec.turn = t.turn;
-        rec.verdict = std::string(env::to_string(t.result.verdict));
-        rec.speedup = finite_or_empty(t.result.speedup);
-        rec.candidate_ms = finite_or_empty(t.result.candidate_ms);
-        rec.reference_ms = finite_or_empty(t.result.reference_ms);
-        rows.push_back(std::move(rec));
-      }
-  }
+  const auto rows = eval_result_records(groups, tasks, r.set.name);
   const int64_t eval_id = r.db.create_evaluation(info);
   r.db.add_eval_results(eval_id, rows);
   for (const auto& [name, value] : eval_metrics(s)) r.db.add_metric(r.run_id, step, name, value);

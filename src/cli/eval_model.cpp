@@ -1,0 +1,179 @@
+#include "cli/eval_model.hpp"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <spdlog/spdlog.h>
+
+#include "cli/environment.hpp"
+#include "env/task_runtime.hpp"
+#include "model/chat_format.hpp"
+#include "model/tokenizer.hpp"
+#include "model/transformer.hpp"
+#include "rl/evaluate.hpp"
+#include "rl/grader.hpp"
+#include "rl/local_policy.hpp"
+#include "rl/rollout.hpp"
+#include "rl/step_record.hpp"
+#include "store/database.hpp"
+#include "store/statement.hpp"
+#include "store/store.hpp"
+#include "tasks/task_spec.hpp"
+#include "util/error.hpp"
+
+namespace leap::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bench_dir(const std::string& bench) {
+  if (fs::is_directory(bench)) return bench;
+  for (const fs::path base : {fs::path("tasks"), fs::path(LEAP_SOURCE_DIR) / "tasks"})
+    if (fs::is_directory(base / bench)) return (base / bench).string();
+  if (bench == "kernelbench")
+    throw UsageError("leap eval --bench kernelbench: no tasks/kernelbench; import it first with "
+                     "`leap tasks import kernelbench KB_DIR --out tasks/kernelbench`");
+  throw UsageError("leap eval --bench " + bench + ": not a task-set folder, and no tasks/" + bench);
+}
+
+std::vector<int64_t> parse_levels(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty()) continue;
+    try {
+      out.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw UsageError("leap eval --levels: '" + item + "' is not a level number");
+    }
+  }
+  return out;
+}
+
+std::string pct(double v) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  if (v != v) return "n/a";
+  os << 100.0 * v << "%";
+  return os.str();
+}
+
+}  // namespace
+
+int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptions& g) {
+  store::Store db(g.db);
+  std::string model_dir = a.model;
+  std::optional<std::string> run_id;
+  if (!a.run.empty()) {
+    if (!db.get_run(a.run)) throw UsageError("leap eval --run: no run '" + a.run + "' in " + g.db);
+    run_id = a.run;
+    std::optional<store::CheckpointRow> ck;
+    if (a.checkpoint >= 0) {
+      auto st = db.db().prepare("SELECT path FROM checkpoints WHERE run_id = ?1 AND step = ?2 ORDER BY id DESC LIMIT 1");
+      st.bind_text(1, a.run).bind_int64(2, a.checkpoint);
+      if (!st.step()) throw UsageError("leap eval --run " + a.run + ": no checkpoint at step " + std::to_string(a.checkpoint));
+      model_dir = st.column_text(0);
+    } else {
+      ck = db.latest_checkpoint(a.run);
+      if (!ck) throw UsageError("leap eval --run " + a.run + ": the run has no checkpoint yet");
+      model_dir = ck->path;
+    }
+  }
+  if (!fs::exists(fs::path(model_dir) / "config.json"))
+    throw UsageError("leap eval: " + model_dir + " is not a Hugging Face checkpoint folder (no config.json)");
+  const std::string dir = bench_dir(a.bench);
+  const auto set = tasks::load_task_set(dir);
+  const auto levels = parse_levels(a.levels);
+  const std::string backend = a.backend.empty() ? exp.env.backend : a.backend;
+  std::vector<std::unique_ptr<env::RuntimeTask>> owned;
+  std::vector<const env::RuntimeTask*> tasks;
+  for (const auto& spec : set.tasks) {
+    if (!levels.empty() && (!spec.level || std::find(levels.begin(), levels.end(), *spec.level) == levels.end())) continue;
+    if (a.limit > 0 && static_cast<int64_t>(tasks.size()) >= a.limit) break;
+    owned.push_back(std::make_unique<env::RuntimeTask>(spec, backend));
+    tasks.push_back(owned.back().get());
+  }
+  if (tasks.empty()) throw UsageError("leap eval: no task of " + dir + " matches --levels/--limit");
+
+  const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
+  const torch::Device device = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  if (!cuda && exp.model.cpu_threads > 0) at::set_num_threads(static_cast<int>(exp.model.cpu_threads));
+  const auto dtype = cuda && exp.model.dtype != "fp32" ? torch::kBFloat16 : torch::kFloat32;
+  auto tok = model::Tokenizer::from_file(model_dir);
+  auto m = model::load_transformer(model_dir, dtype, device);
+  const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
+                                              m->config().model_type_name, tok);
+  rl::LocalPolicy policy(m, tok, fmt);
+  auto environment = make_environment(exp.env, backend);
+  rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
+
+  rl::EngineOptions o;
+  o.backend = backend;
+  o.sampling.temperature = exp.eval.temperature;
+  o.sampling.top_p = exp.rollout.top_p;
+  o.sampling.top_k = exp.rollout.top_k;
+  o.sampling.max_new_tokens = exp.rollout.max_new_tokens;
+  o.max_turns = static_cast<int>(a.turns > 0 ? a.turns : exp.eval.turns);
+  o.dcp.enabled = false;  // every failure is debugged
+  o.compaction = exp.compaction.enabled;
+  o.max_prompt_tokens = exp.compaction.max_prompt_tokens;
+  o.compaction_strategy = exp.compaction.strategy;
+  o.summary_max_tokens = exp.compaction.summary_max_tokens;
+  const int k = static_cast<int>(a.samples > 0 ? a.samples : exp.eval.samples);
+  rl::RolloutEngine engine(policy, grader, o);
+  rl::EngineStats es;
+  spdlog::info("evaluating {} on {} tasks of {} ({} samples, up to {} turns, {} backend)", model_dir, tasks.size(), dir,
+               k, o.max_turns, backend);
+  const auto groups = engine.run(tasks, k, static_cast<uint64_t>(exp.train.seed), &es);
+
+  store::EvaluationInfo info;
+  info.run_id = run_id;
+  info.bench = set.name;
+  nlohmann::json settings = {{"model", model_dir}, {"turns", o.max_turns}, {"samples", k},
+                             {"temperature", o.sampling.temperature}, {"max_new_tokens", o.sampling.max_new_tokens},
+                             {"backend", backend}};
+  info.settings_json = settings.dump();
+  const int64_t eval_id = db.create_evaluation(info);
+  db.add_eval_results(eval_id, rl::eval_result_records(groups, tasks, set.name));
+
+  // Per level and overall.
+  std::map<std::string, std::vector<rl::GroupResult>> by_level;
+  for (const auto& gr : groups) {
+    const auto& spec = tasks[gr.task_index]->spec();
+    by_level[spec.level ? "level " + std::to_string(*spec.level) : std::string("no level")].push_back(gr);
+    by_level["all"].push_back(gr);
+  }
+  nlohmann::json js = nlohmann::json::object();
+  std::ostringstream table;
+  table << "evaluation " << eval_id << " (" << set.name << ", " << k << " samples, " << o.max_turns << " turns)\n";
+  for (const auto& [name, gs] : by_level) {
+    const auto s = rl::summarize_eval(gs, o.max_turns, exp.eval.fast_p);
+    nlohmann::json row = {{"tasks", s.tasks}, {"compile_rate", s.compile_rate}, {"pass@k", s.pass_at_k},
+                          {"geomean_speedup", s.geomean_speedup == s.geomean_speedup ? nlohmann::json(s.geomean_speedup) : nlohmann::json()}};
+    table << "  " << name << ": " << s.tasks << " tasks, compile " << pct(s.compile_rate);
+    for (size_t t = 0; t < s.acc_at.size(); ++t) {
+      row["acc@" + std::to_string(t + 1)] = s.acc_at[t];
+      table << ", acc@" << t + 1 << " " << pct(s.acc_at[t]);
+    }
+    table << ", pass@" << k << " " << pct(s.pass_at_k);
+    for (const auto& [p, v] : s.fast_p) {
+      std::ostringstream key;
+      key << "fast_" << p;
+      row[key.str()] = v;
+      table << ", " << key.str() << " " << pct(v);
+    }
+    table << "\n";
+    js[name] = row;
+  }
+  if (a.format == "json") std::cout << js.dump(2) << "\n";
+  else std::cout << table.str() << "  stored in " << g.db << " (evaluations.id = " << eval_id << ")\n";
+  return 0;
+}
+
+}  // namespace leap::cli

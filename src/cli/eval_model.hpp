@@ -1,0 +1,30 @@
+#pragma once
+// `leap eval --bench NAME (--model PATH | --run RUN_ID [--checkpoint N])`: rollouts of a policy
+// with the training engine (no update), every turn stored, metrics per level and overall.
+#include <cstdint>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "config/experiment.hpp"
+
+namespace leap::cli {
+
+/// What to evaluate.
+struct ModelEvalArgs {
+  std::string bench;       ///< "starter", "kernelbench" (tasks/<name>) or a task-set folder
+  std::string model;       ///< checkpoint folder, or empty with run
+  std::string run;         ///< run id whose checkpoint to load
+  int64_t checkpoint = -1; ///< step of --run's checkpoint (-1: the last)
+  int64_t turns = 0;       ///< 0: eval.turns
+  int64_t samples = 0;     ///< 0: eval.samples
+  std::string levels;      ///< "1,2" or empty
+  int64_t limit = 0;
+  std::string backend;     ///< cpu | cuda
+  std::string format = "table";
+};
+
+/// Runs the evaluation, prints the table (or JSON), stores it. Returns the exit status.
+/// Throws UsageError for a missing bench, model or run, leap::Error for broken inputs.
+int eval_model(const ModelEvalArgs& args, config::Experiment exp, const GlobalOptions& g);
+
+}  // namespace leap::cli
