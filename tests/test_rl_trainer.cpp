@@ -78,7 +78,7 @@ config::Experiment small_experiment(const fs::path& model_dir) {
   exp.reward.kind = "binary";
   exp.advantage.kind = "grpo";
   exp.compaction.enabled = false;
-  exp.optim.lr = 5e-3;
+  exp.optim.lr = 2e-2;
   exp.train.steps = 8;
   exp.train.mini_batch_size = 16;
   exp.train.eval_every = 0;
