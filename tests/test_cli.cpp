@@ -57,17 +57,17 @@ TEST_CASE("cli: train --print-config prints the resolved config with overrides a
   CHECK(contains(r.out, "dcp:\n  enabled: false"));
 }
 
-TEST_CASE("cli: commands of later issues say so and exit 3 without output on stdout") {
+TEST_CASE("cli: train with a missing model folder or an unknown run names it and exits non-zero") {
   leap::test::TempDir tmp;
-  std::string cfg = tmp.write("exp.yaml", "name: t\n");
-  for (std::string args : {"train " + cfg, std::string("report"),
-                           std::string("tasks import kernelbench some/dir")}) {
-    auto r = run_leap(args);
-    CAPTURE(args);
-    CHECK(r.rc == 3);
-    CHECK(contains(r.err, "not built yet"));
-    CHECK(r.out.empty());
-  }
+  std::string cfg = tmp.write("exp.yaml", "name: t\nmodel: {path: " + (tmp.path / "no-model").string() +
+                                              "}\ntasks: {limit: 1}\n");
+  const std::string db = (tmp.path / "leap.db").string();
+  auto r = run_leap("train " + cfg + " --db " + db + " --results-dir " + (tmp.path / "results").string());
+  CHECK(r.rc != 0);
+  CHECK(contains(r.err, (tmp.path / "no-model").string()));
+  auto resume = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd");
+  CHECK(resume.rc == 2);
+  CHECK(contains(resume.err, "no run '20260101-000000-abcd'"));
 }
 
 TEST_CASE("cli: leap version reports version, commit, LibTorch, CUDA and NVRTC") {

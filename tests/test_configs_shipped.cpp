@@ -1,0 +1,55 @@
+// The configs the project ships load, and the ablation arms differ only in their switch.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "config/experiment.hpp"
+#include "config/load.hpp"
+
+using namespace leap::config;
+
+namespace {
+const std::string kConfigs = std::string(LEAP_SOURCE_DIR) + "/configs/";
+}
+
+TEST_CASE("configs: quickstart and the qwen2.5-coder-1.5b config load and validate") {
+  const Experiment q = load_experiment(kConfigs + "quickstart.yaml");
+  CHECK(q.model.path == "models/tiny");
+  CHECK(q.env.backend == "cpu");
+  CHECK(q.train.sft.enabled);
+  CHECK(q.dcp.enabled);
+  CHECK(q.reward.kind == "rank");
+  CHECK(q.compaction.enabled);
+  const Experiment g = load_experiment(kConfigs + "qwen2.5-coder-1.5b.yaml");
+  CHECK(g.env.backend == "cuda");
+  CHECK(g.model.device == "cuda");
+}
+
+TEST_CASE("configs: each ablation arm differs from configs/ablations/leap.yaml only in its switch") {
+  const Experiment leap = load_experiment(kConfigs + "ablations/leap.yaml");
+  CHECK(leap.dcp.enabled);
+  CHECK(leap.reward.kind == "rank");
+  CHECK(leap.compaction.enabled);
+  CHECK(leap.turns.max == 2);
+  struct Arm {
+    const char* file;
+    void (*undo)(Experiment&, const Experiment&);
+  };
+  const Arm arms[] = {
+      {"no_dcp", [](Experiment& e, const Experiment& l) { CHECK(!e.dcp.enabled); e.dcp.enabled = l.dcp.enabled; }},
+      {"binary_reward",
+       [](Experiment& e, const Experiment& l) { CHECK(e.reward.kind == "binary"); e.reward.kind = l.reward.kind; }},
+      {"no_compaction",
+       [](Experiment& e, const Experiment& l) { CHECK(!e.compaction.enabled); e.compaction.enabled = l.compaction.enabled; }},
+      {"single_turn", [](Experiment& e, const Experiment& l) { CHECK(e.turns.max == 1); e.turns.max = l.turns.max; }},
+  };
+  for (const auto& arm : arms) {
+    CAPTURE(arm.file);
+    Experiment e = load_experiment(kConfigs + "ablations/" + arm.file + ".yaml");
+    CHECK(e.name == arm.file);
+    CHECK(to_yaml(e) != to_yaml(leap));
+    arm.undo(e, leap);
+    e.name = leap.name;
+    CHECK(to_yaml(e) == to_yaml(leap));
+  }
+}
