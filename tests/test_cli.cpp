@@ -22,6 +22,7 @@ TEST_CASE("cli: each subcommand has a --help that shows its own flags") {
   CHECK(contains(run_leap("eval --help").out, "--solutions"));
   CHECK(contains(run_leap("eval --help").out, "--bench"));
   CHECK(contains(run_leap("report --help").out, "--format"));
+  CHECK(contains(run_leap("export --help").out, "--run"));
   CHECK(contains(run_leap("tasks --help").out, "validate"));
   CHECK(contains(run_leap("tasks import --help").out, "--levels"));
   CHECK(contains(run_leap("model --help").out, "generate"));
@@ -60,8 +61,7 @@ TEST_CASE("cli: train --print-config prints the resolved config with overrides a
 TEST_CASE("cli: commands of later issues say so and exit 3 without output on stdout") {
   leap::test::TempDir tmp;
   std::string cfg = tmp.write("exp.yaml", "name: t\n");
-  for (std::string args : {"train " + cfg, std::string("report"),
-                           std::string("tasks import kernelbench some/dir")}) {
+  for (std::string args : {"train " + cfg}) {
     auto r = run_leap(args);
     CAPTURE(args);
     CHECK(r.rc == 3);
