@@ -196,12 +196,10 @@ TEST_CASE("report: ablation table, curves, SVG plots and HTML over two runs (DCP
 TEST_CASE("report: runs that differ only in seed form one arm with mean and spread") {
   leap::test::TempDir tmp;
   const std::string db = (tmp.path / "leap.db").string();
-  {
-    Store st(db);
-    make_run(st, "20260101-000000-aaaa", true, 1, 1000);
-    make_run(st, "20260101-000000-cccc", true, 2, 3000);
-    make_run(st, "20260101-000000-bbbb", false, 1, 2000);
-  }
+  Store st(db);  // stays open, as a live run's writer would
+  make_run(st, "20260101-000000-aaaa", true, 1, 1000);
+  make_run(st, "20260101-000000-cccc", true, 2, 3000);
+  make_run(st, "20260101-000000-bbbb", false, 1, 2000);
   auto r = run_leap("--db " + db + " report --format md --runs 20260101-000000-aaaa,20260101-000000-cccc,20260101-000000-bbbb");
   REQUIRE(r.rc == 0);
   CHECK(contains(r.out, "| dcp_on (2 seeds) | 2 | true |"));

@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -212,12 +213,21 @@ InputVariant variant_for(int seed_index, int input_index) {
 
 torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_t>& shape, DType dtype,
                                const std::string& where) {
+  struct Cached {
+    torch::Tensor values;
+    uintmax_t size = 0;
+    std::filesystem::file_time_type mtime;
+  };
   static std::mutex mu;
-  static std::map<std::string, torch::Tensor> cache;  // path -> values (read once per process)
+  static std::map<std::string, Cached> cache;  // path -> values (read again only if the file changed)
   std::lock_guard<std::mutex> lock(mu);
   const torch::ScalarType st = torch_dtype(dtype);
+  std::error_code ec;
+  const uintmax_t fsize = std::filesystem::file_size(file, ec);
+  const auto mtime = std::filesystem::last_write_time(file, ec);
   auto it = cache.find(file);
-  if (it == cache.end() || it->second.sizes().vec() != shape || it->second.scalar_type() != st) {
+  if (it == cache.end() || it->second.values.sizes().vec() != shape || it->second.values.scalar_type() != st ||
+      it->second.size != fsize || it->second.mtime != mtime) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
     const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(st));
@@ -231,9 +241,9 @@ torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_
     in.seekg(0);
     in.read(static_cast<char*>(t.data_ptr()), bytes);
     if (!in) throw Error(where + ": cannot read " + file);
-    it = cache.insert_or_assign(file, t).first;
+    it = cache.insert_or_assign(file, Cached{t, fsize, mtime}).first;
   }
-  return it->second.clone();
+  return it->second.values.clone();
 }
 
 std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, int seed_index) {

@@ -89,7 +89,7 @@ Metrics slice(const std::vector<const TaskData*>& tasks, int64_t T, int64_t max_
   if (speed_n) m.geomean_speedup = std::exp(log_sum / static_cast<double>(speed_n));
   if (correct_traj) {
     m.turns_per_pass = static_cast<double>(turn_sum) / static_cast<double>(correct_traj);
-    m.tokens_per_success = static_cast<double>(tokens) / static_cast<double>(correct_traj);
+    if (tokens > 0) m.tokens_per_success = static_cast<double>(tokens) / static_cast<double>(correct_traj);  // 0: not counted
   }
   return m;
 }

@@ -50,7 +50,7 @@ struct Metrics {
   std::map<double, double> fast_p;      ///< p -> mean over tasks of the share of samples correct with speedup > p
   double geomean_speedup = NAN;  ///< geometric mean over correct trajectories of their best speedup
   double turns_per_pass = NAN;   ///< mean first-correct turn over correct trajectories
-  double tokens_per_success = NAN;  ///< all generated tokens / correct trajectories
+  double tokens_per_success = NAN;  ///< all generated tokens / correct trajectories (NaN when no tokens were counted)
   std::map<std::string, int64_t> hacks;  ///< kind -> count: inputs_modified, suspicious_speedup
 };
 

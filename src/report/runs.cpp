@@ -60,6 +60,13 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
     s.step();
     if (s.column_int64(0)) r.activated_groups_pct = 100.0 * s.column_double(1) / s.column_double(0);
   }
+  if (std::isnan(r.activated_groups_pct)) {  // no group rows: mean of the trainer's per-step share
+    double sum = 0;
+    int n = 0;
+    for (const auto& p : st.metric_series(run_id, "activated_groups_frac"))
+      if (!std::isnan(p.value)) sum += p.value, ++n;
+    if (n) r.activated_groups_pct = 100.0 * sum / n;
+  }
   {
     store::Statement s = db.prepare(
         "SELECT count(*) FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "

@@ -21,7 +21,7 @@ struct RunSummary {
   std::vector<double> eval_acc;               ///< final eval Acc@1..T
   double eval_fast_1 = NAN, eval_geomean_speedup = NAN, eval_compile_rate = NAN;
   std::optional<int64_t> eval_step;           ///< step of the final eval
-  double activated_groups_pct = NAN;          ///< DCP-activated groups / groups, in percent
+  double activated_groups_pct = NAN;          ///< DCP-activated groups / groups (else mean activated_groups_frac), %
   double env_calls = NAN;                     ///< environment evaluations (turns) over the run
   double env_seconds = NAN, generation_seconds = NAN, update_seconds = NAN;  ///< mean per step
   double tokens_per_success = NAN;            ///< generated tokens / successful rollouts (training)
