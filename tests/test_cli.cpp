@@ -22,6 +22,7 @@ TEST_CASE("cli: each subcommand has a --help that shows its own flags") {
   CHECK(contains(run_leap("eval --help").out, "--solutions"));
   CHECK(contains(run_leap("eval --help").out, "--bench"));
   CHECK(contains(run_leap("report --help").out, "--format"));
+  CHECK(contains(run_leap("export --help").out, "--run"));
   CHECK(contains(run_leap("tasks --help").out, "validate"));
   CHECK(contains(run_leap("tasks import --help").out, "--levels"));
   CHECK(contains(run_leap("model --help").out, "generate"));

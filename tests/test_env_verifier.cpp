@@ -1,6 +1,8 @@
 // The full verifier on the cpu backend: real compiler, real workers, TorchScript references.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -373,6 +375,14 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
   CHECK(j.rc == 0);
   CHECK(contains(j.out, "\"verdict\": \"wrong_output\""));
   CHECK(contains(j.out, "\"verdict\": \"correct\""));
+  {  // metrics over all 29 starter tasks: softmax_rows 1 of 2 samples correct, relu 0 of 1, 27 without answers
+    auto m = nlohmann::json::parse(j.out)["metrics"]["overall"];
+    CHECK(m["tasks"] == 29);
+    CHECK(m["acc"][0].get<double>() == doctest::Approx(0.5 / 29));
+    CHECK(m["compile_rate"].get<double>() == doctest::Approx(2.0 / 3));  // the format_error did not compile
+    CHECK(m["pass_at_k"]["pass@2"].get<double>() == doctest::Approx(1.0 / 28));  // tasks with 2 samples or none
+  }
+  CHECK(contains(r.out, "acc@1"));
   {
     auto s = std::system(("sqlite3 " + db + " 'select count(*) from eval_results' > " + (dir.path / "n.txt").string() + " 2>/dev/null").c_str());
     if (s == 0) CHECK(leap::test::read_file((dir.path / "n.txt").string()).rfind("9", 0) == 0);  // 3 runs x 3 files

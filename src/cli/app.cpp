@@ -39,6 +39,7 @@ int run(int argc, char** argv) {
   reg(add_train);
   reg(add_eval);
   reg(add_report);
+  reg(add_export);
   reg(add_tasks);
   reg(add_model);
   reg(add_version);

@@ -26,6 +26,8 @@ Handler add_train(CLI::App& app, const GlobalOptions& g);
 Handler add_eval(CLI::App& app, const GlobalOptions& g);
 /// `leap report [--runs ID,...] [--format table|md|csv|html] [--out DIR]`.
 Handler add_report(CLI::App& app, const GlobalOptions& g);
+/// `leap export --run ID --format jsonl [--out FILE]`: one JSON line per turn.
+Handler add_export(CLI::App& app, const GlobalOptions& g);
 /// `leap tasks list|show|validate|import`.
 Handler add_tasks(CLI::App& app, const GlobalOptions& g);
 /// `leap model inspect|tokenize|generate|init`.

@@ -16,6 +16,8 @@
 #include "cli/environment.hpp"
 #include "cli/eval_model.hpp"
 #include "config/load.hpp"
+#include "report/metrics.hpp"
+#include "report/metrics_table.hpp"
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
@@ -117,6 +119,15 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
   }
   st.add_eval_results(eval_id, recs);
 
+  // Benchmark metrics over every task of the set (a task without an answer counts as a failure).
+  report::MetricsInput mi;
+  for (const auto& t : set.tasks) mi.tasks.push_back({t.name, t.level});
+  for (size_t i = 0; i < jobs.size(); ++i)
+    mi.attempts.push_back({jobs[i].task->name(), recs[i].sample, 1, recs[i].verdict, recs[i].speedup, 0,
+                            results[i].suspicious});
+  mi.turns = 1;
+  const report::MetricsReport metrics = report::compute_metrics(mi);
+
   std::map<std::string, int> counts;
   double log_sum = 0;
   int n_correct = 0, n_suspicious = 0;
@@ -135,7 +146,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
                       {"reference_ms", num(r.reference_ms)}, {"suspicious", r.suspicious}, {"feedback", r.feedback}});
     }
     nlohmann::json out = {{"evaluation_id", eval_id}, {"bench", set.name}, {"backend", backend}, {"results", rows},
-                          {"counts", counts}};
+                          {"counts", counts}, {"metrics", report::metrics_json(metrics)}};
     std::cout << out.dump(2) << "\n";
   } else {
     size_t wt = 4, wf = 4;
@@ -157,7 +168,10 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
     std::printf("\n%zu files: %s", jobs.size(), summary.c_str());
     if (n_correct) std::printf("; geometric-mean speedup of correct: %.3fx", std::exp(log_sum / n_correct));
     if (n_suspicious) std::printf("; %d suspicious (!)", n_suspicious);
-    std::printf("\nevaluation %lld written to %s\n", static_cast<long long>(eval_id), db.c_str());
+    std::printf("\n\n%s", report::render_text(report::metrics_table(metrics)).c_str());
+    std::printf("(over all %zu tasks of %s; a task without an answer counts as a failure)\n", set.tasks.size(),
+                set.name.c_str());
+    std::printf("evaluation %lld written to %s\n", static_cast<long long>(eval_id), db.c_str());
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include "env/errors.hpp"
 #include "env/extract.hpp"
 #include "env/launch_plan.hpp"
+#include "cli/python.hpp"
 #include "env/validate.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
@@ -63,7 +64,10 @@ int tasks_show(const std::string& task, const std::string& dir) {
   std::printf("inputs:\n");
   for (const auto& i : t.inputs) {
     std::string init = i.init.kind_name();
-    if (i.init.kind != tasks::InitSpec::Kind::none) init += "(" + i.init.a + ", " + i.init.b + ")";
+    if (i.init.kind == tasks::InitSpec::Kind::file)
+      init += " " + i.init.file;
+    else if (i.init.kind != tasks::InitSpec::Kind::none)
+      init += "(" + i.init.a + ", " + i.init.b + ")";
     if (i.init.strict) init += " strict";
     std::printf("  %-12s %-8s %-20s init %s\n", i.name.c_str(), i.dtype.c_str(), shape_text(i.shape).c_str(), init.c_str());
   }
@@ -210,6 +214,25 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
   return problems ? 1 : 0;
 }
 
+/// `leap tasks import kernelbench`: runs tools/kernelbench_import.py, then loads the result.
+int tasks_import(const std::string& kb_dir, const std::string& out, const std::string& levels) {
+  if (!fs::is_directory(kb_dir)) throw UsageError("leap tasks import: " + kb_dir + " is not a folder");
+  for (size_t i = 0, j; i <= levels.size(); i = j + 1) {
+    j = levels.find(',', i);
+    if (j == std::string::npos) j = levels.size();
+    std::string l = levels.substr(i, j - i);
+    if (l.empty() || l.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("leap tasks import: --levels " + levels + ": expected comma-separated level numbers, e.g. 1,2");
+  }
+  const int rc = run_python_tool("kernelbench_import.py", {kb_dir, "--out", out, "--levels", levels});
+  if (rc == 2) throw UsageError("leap tasks import: the import tool rejected its arguments (see above)");
+  if (rc != 0) throw Error("leap tasks import: tools/kernelbench_import.py failed with exit status " + std::to_string(rc));
+  tasks::TaskSet set = tasks::load_task_set(out);  // the written task.yaml files must load
+  std::printf("task set %s: %zu tasks load; check them with: leap tasks validate %s\n", set.name.c_str(),
+              set.tasks.size(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
@@ -236,11 +259,11 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   import->add_option("kb_dir", o->kb_dir, "KernelBench checkout root or a folder of problem files")->required();
   import->add_option("--out", o->out, "output task-set folder")->capture_default_str();
   import->add_option("--levels", o->levels, "comma-separated levels")->capture_default_str();
-  return [o, list, show, validate]() -> int {
+  return [o, list, show, validate, import]() -> int {
     if (list->parsed()) return tasks_list(o->dir);
     if (show->parsed()) return tasks_show(o->task, o->dir);
     if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time);
-    not_built("leap tasks import", "KernelBench import, leap eval --bench, and leap report");
+    return tasks_import(o->kb_dir, o->out, o->levels);
   };
 }
 

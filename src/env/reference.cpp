@@ -4,7 +4,10 @@
 #include <torch/script.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -108,7 +111,7 @@ RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
     interface_.constants.push_back(d);
   }
   for (const auto& t : spec_.inputs)  // init parameters must resolve with these sizes
-    if (t.init.kind != tasks::InitSpec::Kind::none) {
+    if (t.init.kind != tasks::InitSpec::Kind::none && t.init.kind != tasks::InitSpec::Kind::file) {
       tasks::InitSpec::value(t.init.a, interface_.sizes);
       tasks::InitSpec::value(t.init.b, interface_.sizes);
     }
@@ -208,6 +211,41 @@ InputVariant variant_for(int seed_index, int input_index) {
   return static_cast<InputVariant>((seed_index - 1 + input_index) % 3 + 1);
 }
 
+torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_t>& shape, DType dtype,
+                               const std::string& where) {
+  struct Cached {
+    torch::Tensor values;
+    uintmax_t size = 0;
+    std::filesystem::file_time_type mtime;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Cached> cache;  // path -> values (read again only if the file changed)
+  std::lock_guard<std::mutex> lock(mu);
+  const torch::ScalarType st = torch_dtype(dtype);
+  std::error_code ec;
+  const uintmax_t fsize = std::filesystem::file_size(file, ec);
+  const auto mtime = std::filesystem::last_write_time(file, ec);
+  auto it = cache.find(file);
+  if (it == cache.end() || it->second.values.sizes().vec() != shape || it->second.values.scalar_type() != st ||
+      it->second.size != fsize || it->second.mtime != mtime) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(st));
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    if (!in) throw Error(where + ": cannot read " + file);
+    const int64_t have = static_cast<int64_t>(in.tellg());
+    if (have != bytes)
+      throw Error(where + ": " + file + " holds " + std::to_string(have) + " bytes but the declared dtype and shape need " +
+                  std::to_string(bytes));
+    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(st));
+    in.seekg(0);
+    in.read(static_cast<char*>(t.data_ptr()), bytes);
+    if (!in) throw Error(where + ": cannot read " + file);
+    it = cache.insert_or_assign(file, Cached{t, fsize, mtime}).first;
+  }
+  return it->second.values.clone();
+}
+
 std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, int seed_index) {
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<torch::Tensor> out;
@@ -217,6 +255,11 @@ std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, i
     const TensorDecl& decl = task.interface().inputs[i];
     const auto& shape = task.input_shapes()[i];
     const auto kind = spec.init.kind;
+    if (kind == tasks::InitSpec::Kind::file) {
+      out.push_back(load_fixed_input(spec.init.file, shape, decl.dtype,
+                                     task.spec().file + ":" + std::to_string(spec.line) + ": inputs." + spec.name));
+      continue;
+    }
     double a = kind == tasks::InitSpec::Kind::none ? 0.0 : tasks::InitSpec::value(spec.init.a, sizes);
     double b = kind == tasks::InitSpec::Kind::none ? 1.0 : tasks::InitSpec::value(spec.init.b, sizes);
     auto fopts = torch::TensorOptions().dtype(torch::kFloat);

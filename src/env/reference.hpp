@@ -36,8 +36,15 @@ std::string to_string(InputVariant v);
 InputVariant variant_for(int seed_index, int input_index);
 
 /// Fresh random inputs for `task` from generator seed `seed`; non-strict floating inputs use the
-/// variant given by `variant_for(seed_index, i)` (seed_index < 0: all declared).
+/// variant given by `variant_for(seed_index, i)` (seed_index < 0: all declared). Inputs with
+/// `init: {file: ...}` get the file's fixed values on every seed (see load_fixed_input).
 std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, int seed_index);
+
+/// A fixed-value input: the raw little-endian values of `dtype` in `file`, shaped `shape` (read
+/// once per process, then cloned). Throws leap::Error naming `where` and the file when it cannot be
+/// read or its size is not numel * element size.
+torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_t>& shape, DType dtype,
+                               const std::string& where);
 
 /// Result of comparing one output with its reference.
 struct Comparison {

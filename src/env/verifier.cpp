@@ -98,7 +98,9 @@ std::string inputs_text(const RuntimeTask& task, int seed_index) {
   for (size_t i = 0; i < task.spec().inputs.size(); ++i) {
     const auto& in = task.spec().inputs[i];
     const bool floating = in.dtype.rfind("float", 0) == 0 || in.dtype == "bfloat16";
-    std::string d = (!floating || in.init.strict) ? "declared distribution" : to_string(variant_for(seed_index, static_cast<int>(i)));
+    std::string d = in.init.kind == tasks::InitSpec::Kind::file ? "fixed values"
+                    : (!floating || in.init.strict)             ? "declared distribution"
+                                                                : to_string(variant_for(seed_index, static_cast<int>(i)));
     s += (i ? ", " : "") + in.name + ": " + d;
   }
   return s;

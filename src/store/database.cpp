@@ -22,7 +22,9 @@ std::string pragma_text(Database& db, std::string_view sql) {
 Database::Database(const std::filesystem::path& path, const OpenOptions& options)
     : path_(path.string()) {
   const bool in_memory = path_ == ":memory:";
-  if (!in_memory && path.has_parent_path()) {
+  if (options.read_only && !in_memory && !std::filesystem::exists(path))
+    throw StoreError("store " + path_ + ": no such file");
+  if (!options.read_only && !in_memory && path.has_parent_path()) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) {
@@ -31,7 +33,8 @@ Database::Database(const std::filesystem::path& path, const OpenOptions& options
     }
   }
   int rc = sqlite3_open_v2(path_.c_str(), &db_,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+                               SQLITE_OPEN_NOMUTEX,
                            nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = "store " + path_ + ": cannot open: " +
@@ -42,6 +45,10 @@ Database::Database(const std::filesystem::path& path, const OpenOptions& options
   try {
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, options.busy_timeout_ms);
+    if (options.read_only) {  // a WAL file stays WAL; nothing may be written
+      check_version(*this, migrations());
+      return;
+    }
     if (!in_memory) {
       std::string mode = pragma_text(*this, "PRAGMA journal_mode=WAL");
       if (mode != "wal") {

@@ -19,6 +19,9 @@ struct OpenOptions {
   /// Apply pending schema migrations on open (the normal case). When false the file is only
   /// checked: a version newer than this binary's is still refused.
   bool migrate = true;
+  /// Open an existing file read-only (reports on a store a live run is writing): nothing is
+  /// created, migrated or written; a missing file or an unknown schema version is an error.
+  bool read_only = false;
 };
 
 /// One connection to a leap SQLite file. Opening creates the file and its parent directories,

@@ -123,12 +123,23 @@ std::map<std::string, int64_t> parse_sizes(const Ctx& c, const YAML::Node& n, co
   return out;
 }
 
-InitSpec parse_init(const Ctx& c, const YAML::Node& n, const std::string& key, const std::set<std::string>& symbols) {
+InitSpec parse_init(const Ctx& c, const YAML::Node& n, const std::string& key, const std::set<std::string>& symbols,
+                    const fs::path& task_dir) {
   InitSpec s;
-  c.check_keys(n, key, {"normal", "uniform", "randint", "strict"});
+  c.check_keys(n, key, {"normal", "uniform", "randint", "file", "strict"});
   int kinds = 0;
   for (auto it = n.begin(); it != n.end(); ++it) {
     std::string k = it->first.as<std::string>();
+    if (k == "file") {
+      ++kinds;
+      fs::path f = c.str(it->second, key + ".file");
+      if (f.empty()) c.fail(it->second, key + ".file", "empty file name");
+      if (f.is_relative()) f = task_dir / f;
+      if (!fs::is_regular_file(f)) c.fail(it->second, key + ".file", "no such file: " + f.string());
+      s.kind = InitSpec::Kind::file;
+      s.file = f.string();
+      continue;
+    }
     if (k == "strict") {
       if (!it->second.IsScalar()) c.fail(it->second, key + ".strict", "expected true or false");
       try {
@@ -157,12 +168,14 @@ InitSpec parse_init(const Ctx& c, const YAML::Node& n, const std::string& key, c
       if (s.kind != InitSpec::Kind::normal && !(b > a)) c.fail(it->second, pk, "high must be greater than low");
     }
   }
-  if (kinds != 1) c.fail(n, key, "give exactly one distribution: normal {mean, std}, uniform {low, high} or randint {low, high}");
+  if (kinds != 1)
+    c.fail(n, key, "give exactly one distribution: normal {mean, std}, uniform {low, high}, randint {low, high} "
+                   "or file (fixed values)");
   return s;
 }
 
 TensorSpec parse_tensor(const Ctx& c, const std::string& name, const YAML::Node& n, const std::string& key,
-                        const std::set<std::string>& symbols, bool input) {
+                        const std::set<std::string>& symbols, bool input, const fs::path& task_dir) {
   TensorSpec t;
   t.name = name;
   t.line = n.Mark().line + 1;
@@ -192,7 +205,7 @@ TensorSpec parse_tensor(const Ctx& c, const std::string& name, const YAML::Node&
       }
     t.shape.push_back(e);
   }
-  if (input && n["init"]) t.init = parse_init(c, n["init"], key + ".init", symbols);
+  if (input && n["init"]) t.init = parse_init(c, n["init"], key + ".init", symbols, task_dir);
   return t;
 }
 
@@ -210,6 +223,7 @@ std::string InitSpec::kind_name() const {
     case Kind::normal: return "normal";
     case Kind::uniform: return "uniform";
     case Kind::randint: return "randint";
+    case Kind::file: return "file";
     case Kind::none: break;
   }
   return "default";
@@ -259,7 +273,7 @@ TaskSpec load_task(const std::string& path_in) {
   }
   if (!root.IsMap()) c.fail(root, "", "a task file must be a mapping");
   c.check_keys(root, "", {"name", "level", "category", "prompt", "sizes", "sizes_cpu", "sizes_cuda", "inputs",
-                          "outputs", "constants", "reference", "tolerance", "description"});
+                          "outputs", "constants", "reference", "tolerance", "description", "source"});
   TaskSpec t;
   t.file = c.file;
   t.dir = path.parent_path().string();
@@ -295,7 +309,7 @@ TaskSpec load_task(const std::string& path_in) {
       std::string key = std::string(section) + "." + name;
       if (symbols.count(name)) c.fail(it->first, key, "'" + name + "' is already a size symbol");
       if (!tensor_names.insert(name).second) c.fail(it->first, key, "duplicate tensor name '" + name + "'");
-      (input ? t.inputs : t.outputs).push_back(parse_tensor(c, name, it->second, key, symbols, input));
+      (input ? t.inputs : t.outputs).push_back(parse_tensor(c, name, it->second, key, symbols, input, path.parent_path()));
     }
   }
   if (root["constants"]) {
@@ -324,7 +338,18 @@ TaskSpec load_task(const std::string& path_in) {
       t.constants.push_back(k);
     }
   }
+  if (root["source"]) {
+    YAML::Node n = root["source"];
+    if (!n.IsMap()) c.fail(n, "source", "expected a mapping of provenance keys to scalars (benchmark, level, problem_id, ...)");
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      std::string k = it->first.as<std::string>();
+      if (!it->second.IsScalar()) c.fail(it->second, "source." + k, "expected a scalar");
+      t.source[k] = it->second.as<std::string>();
+    }
+  }
   std::string hash_input = text;
+  for (const auto& in : t.inputs)
+    if (in.init.kind == InitSpec::Kind::file) hash_input += read_text(in.init.file);
   YAML::Node ref = root["reference"];
   if (!ref) c.fail(root, "reference", "missing 'reference' (torchscript: source, or file: reference.pt)");
   c.check_keys(ref, "reference", {"torchscript", "file"});

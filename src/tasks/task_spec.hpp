@@ -12,16 +12,19 @@
 namespace leap::tasks {
 
 /// How an input is initialised. Parameters are numbers or size symbols (`high: C`).
+/// `file` is a fixed-value input (weights): raw little-endian values of the declared dtype in
+/// C order, the same tensor for every seed and for both the reference and the candidate.
 struct InitSpec {
-  enum class Kind { normal, uniform, randint, none };
+  enum class Kind { normal, uniform, randint, file, none };
   Kind kind = Kind::none;  ///< none: the default for the dtype (normal(0, 1); randint(0, 2) for ints)
   std::string a;           ///< mean (normal) or low (uniform, randint), as written
   std::string b;           ///< std (normal) or high (uniform, randint; exclusive for randint)
+  std::string file;        ///< Kind::file: absolute path of the raw values
   bool strict = false;     ///< keep exactly this distribution (no verifier variants)
 
   /// Value of parameter text `p` (a number or a size symbol of `sizes`). Throws leap::Error.
   static double value(const std::string& p, const std::map<std::string, int64_t>& sizes);
-  /// "normal", "uniform", "randint" or "default".
+  /// "normal", "uniform", "randint", "file" or "default".
   std::string kind_name() const;
 };
 
@@ -69,7 +72,10 @@ struct TaskSpec {
   std::vector<ConstantSpec> constants;
   ReferenceSpec reference;
   Tolerance tolerance;
-  std::string hash;  ///< content hash of task.yaml (+ the reference file)
+  std::string hash;  ///< content hash of task.yaml (+ the reference file and the `file` inputs)
+  /// Provenance (`source:` mapping of scalars, e.g. benchmark, level, problem_id, sha256 of an
+  /// imported KernelBench problem); empty when the task has none.
+  std::map<std::string, std::string> source;
 
   /// Size values for `backend` ("cpu", "cuda"): `sizes` with `sizes_<backend>` applied.
   std::map<std::string, int64_t> sizes_for(const std::string& backend) const;

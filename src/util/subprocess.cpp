@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "util/error.hpp"
@@ -107,6 +108,27 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
   result.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
+}
+
+int run_foreground(const std::vector<std::string>& argv) {
+  if (argv.empty()) return 127;
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("run_foreground: fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    execvp(cargv[0], cargv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
 }
 
 }  // namespace leap::util

@@ -31,4 +31,9 @@ struct ProcessResult {
 /// helpers) gets SIGKILL. Throws leap::Error only for failures of the parent (pipe, fork).
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
 
+/// Runs `argv` (argv[0] looked up in PATH) in the foreground with the parent's stdin, stdout and
+/// stderr, and waits for it. Returns the exit status, 128 + signal if a signal ended it, or 127
+/// if the program could not be started. Throws leap::Error only for a failed fork.
+int run_foreground(const std::vector<std::string>& argv);
+
 }  // namespace leap::util

@@ -1,0 +1,106 @@
+// `leap export`: a run's turns as JSON lines, for the usual dataset tools.
+#include <CLI/CLI.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "store/store.hpp"
+#include "util/error.hpp"
+
+namespace leap::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// Writes one JSON object per turn of `run_id` to `out`; returns the number of lines.
+int64_t export_jsonl(store::Store& st, const std::string& run_id, std::ostream& out) {
+  store::Statement q = st.db().prepare(
+      "SELECT g.step, t.task_set, t.name, t.level, g.group_index, g.dcp_activated, o.rollout_index, o.reward, "
+      "o.advantage, o.first_success_turn, o.reward_rank, o.reward_binary, o.reward_speedup, o.reward_kernelgym, "
+      "u.turn_index, u.segment_index, u.prompt, u.completion, u.prompt_tokens, u.completion_tokens, u.verdict, "
+      "u.feedback, u.speedup, u.suspicious, u.reward, u.discounted_return, u.advantage, u.compacted "
+      "FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "
+      "JOIN tasks t ON t.id = g.task_id WHERE g.run_id = ?1 "
+      "ORDER BY g.step, g.group_index, o.rollout_index, u.turn_index");
+  q.bind_text(1, run_id);
+  auto opt_num = [&](int c) { return q.column_is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.column_double(c)); };
+  auto opt_int = [&](int c) { return q.column_is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.column_int64(c)); };
+  int64_t n = 0;
+  while (q.step()) {
+    nlohmann::json j = {
+        {"run", run_id},
+        {"step", q.column_int64(0)},
+        {"task_set", q.column_text(1)},
+        {"task", q.column_text(2)},
+        {"level", opt_int(3)},
+        {"group", q.column_int64(4)},
+        {"dcp_activated", q.column_int64(5) != 0},
+        {"rollout", q.column_int64(6)},
+        {"turn", q.column_int64(14)},
+        {"segment", q.column_int64(15)},
+        {"prompt", q.column_text(16)},
+        {"completion", q.column_text(17)},
+        {"prompt_tokens", q.column_int64(18)},
+        {"completion_tokens", q.column_int64(19)},
+        {"verdict", q.column_text(20)},
+        {"feedback", q.column_text(21)},
+        {"speedup", opt_num(22)},
+        {"suspicious", q.column_int64(23) != 0},
+        {"compacted", q.column_int64(27) != 0},
+        {"rewards",
+         {{"turn", q.column_double(24)},
+          {"return", q.column_double(25)},
+          {"rollout", q.column_double(7)},
+          {"rank", opt_num(10)},
+          {"binary", opt_num(11)},
+          {"speedup", opt_num(12)},
+          {"kernelgym", opt_num(13)}}},
+        {"advantage", q.column_double(26)},
+        {"rollout_advantage", opt_num(8)},
+        {"first_success_turn", opt_int(9)},
+    };
+    out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+Handler add_export(CLI::App& app, const GlobalOptions& g) {
+  auto* cmd = app.add_subcommand("export", "Export a run's turns (prompt, completion, verdict, rewards, advantage)");
+  struct Opts {
+    std::string run, format = "jsonl", out;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--run", o->run, "run id")->required();
+  cmd->add_option("--format", o->format, "jsonl")->check(CLI::IsMember({"jsonl"}))->capture_default_str();
+  cmd->add_option("--out", o->out, "output file (default: stdout)");
+  return [o, &g]() -> int {
+    if (!fs::exists(g.db)) throw UsageError("leap export: no store at " + g.db + " (give --db PATH)");
+    store::OpenOptions oo;
+    oo.read_only = true;
+    store::Store st(g.db, oo);
+    if (!st.get_run(o->run)) throw UsageError("leap export: no run '" + o->run + "' in " + g.db);
+    int64_t n = 0;
+    if (o->out.empty()) {
+      n = export_jsonl(st, o->run, std::cout);
+      std::cout.flush();
+    } else {
+      std::ofstream f(o->out, std::ios::binary);
+      if (!f) throw Error("leap export: cannot write " + o->out);
+      n = export_jsonl(st, o->run, f);
+      if (!f.flush()) throw Error("leap export: cannot write " + o->out);
+      std::fprintf(stderr, "wrote %lld turns of run %s to %s\n", static_cast<long long>(n), o->run.c_str(), o->out.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace leap::cli

@@ -1,0 +1,52 @@
+#include "report/store_input.hpp"
+
+namespace leap::report {
+
+MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
+  MetricsInput in;
+  store::Statement t = db.prepare(
+      "SELECT DISTINCT t.name, t.level FROM eval_results r JOIN tasks t ON t.id = r.task_id "
+      "WHERE r.evaluation_id = ?1 ORDER BY t.name");
+  t.bind_int64(1, evaluation_id);
+  while (t.step()) in.tasks.push_back({t.column_text(0), t.column_opt_int64(1)});
+  store::Statement st = db.prepare(
+      "SELECT t.name, r.sample, r.turn, r.verdict, r.speedup FROM eval_results r JOIN tasks t ON t.id = r.task_id "
+      "WHERE r.evaluation_id = ?1 ORDER BY r.id");
+  st.bind_int64(1, evaluation_id);
+  while (st.step()) {
+    Attempt a;
+    a.task = st.column_text(0);
+    a.sample = st.column_int64(1);
+    a.turn = st.column_int64(2);
+    a.verdict = st.column_text(3);
+    a.speedup = st.column_opt_double(4);
+    in.attempts.push_back(std::move(a));
+  }
+  return in;
+}
+
+MetricsInput train_input(store::Database& db, const std::string& run_id, int64_t first_step, int64_t last_step) {
+  MetricsInput in;
+  store::Statement st = db.prepare(
+      "SELECT g.step, g.group_index, t.name, t.level, r.rollout_index, u.turn_index, u.verdict, u.speedup, "
+      "u.completion_tokens, u.suspicious FROM turns u JOIN rollouts r ON r.id = u.rollout_id "
+      "JOIN groups g ON g.id = r.group_id JOIN tasks t ON t.id = g.task_id "
+      "WHERE g.run_id = ?1 AND g.step BETWEEN ?2 AND ?3 ORDER BY g.step, g.group_index, r.rollout_index, u.turn_index");
+  st.bind_text(1, run_id).bind_int64(2, first_step).bind_int64(3, last_step);
+  std::string last_key;
+  while (st.step()) {
+    Attempt a;
+    a.task = std::to_string(st.column_int64(0)) + "/" + std::to_string(st.column_int64(1)) + "/" + st.column_text(2);
+    if (a.task != last_key) in.tasks.push_back({a.task, st.column_opt_int64(3)}), last_key = a.task;
+    a.sample = st.column_int64(4);
+    a.turn = st.column_int64(5);
+    a.verdict = st.column_text(6);
+    a.speedup = st.column_opt_double(7);
+    a.tokens = st.column_int64(8);
+    a.suspicious = st.column_int64(9) != 0;
+    in.attempts.push_back(std::move(a));
+  }
+  return in;
+}
+
+}  // namespace leap::report
