@@ -33,7 +33,7 @@ namespace {
 
 std::string bench_dir(const std::string& bench) {
   if (fs::is_directory(bench)) return bench;
-  for (const fs::path base : {fs::path("tasks"), fs::path(LEAP_SOURCE_DIR) / "tasks"})
+  for (const fs::path& base : {fs::path("tasks"), fs::path(LEAP_SOURCE_DIR) / "tasks"})
     if (fs::is_directory(base / bench)) return (base / bench).string();
   if (bench == "kernelbench")
     throw UsageError("leap eval --bench kernelbench: no tasks/kernelbench; import it first with "
