@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "env/task_runtime.hpp"
@@ -215,4 +216,22 @@ TEST_CASE("rl trainer: a run resumed after a crash has the same steps and rows a
     return v;
   };
   CHECK(rewards(da) == rewards(dbb));
+}
+
+TEST_CASE("rl eval: leap eval --bench --model rolls out with the engine, stores every turn and prints metrics") {
+  const fs::path& root = tiny_model();
+  test::TempDir out;
+  const std::string db = (out.path / "leap.db").string();
+  auto r = test::run_leap("eval --bench starter --model " + (root / "tiny").string() +
+                          " --limit 2 --turns 2 --samples 2 --set rollout.max_new_tokens=8 --format json --db " + db);
+  REQUIRE(r.rc == 0);
+  const auto js = nlohmann::json::parse(r.out);
+  CHECK(js.contains("metrics"));
+  store::Store s(db);
+  // 2 tasks x 2 samples; an 8-token answer has no code, so every sample is debugged to turn 2.
+  CHECK(s.count_rows("evaluations") == 1);
+  CHECK(s.count_rows("eval_results") == 2 * 2 * 2);
+  auto bad = test::run_leap("eval --bench no-such-bench --model " + (root / "tiny").string() + " --db " + db);
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("no-such-bench") != std::string::npos);
 }

@@ -4,7 +4,6 @@
 
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <spdlog/spdlog.h>
@@ -14,7 +13,8 @@
 #include "model/chat_format.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
-#include "rl/evaluate.hpp"
+#include "report/metrics.hpp"
+#include "report/metrics_table.hpp"
 #include "rl/grader.hpp"
 #include "rl/local_policy.hpp"
 #include "rl/rollout.hpp"
@@ -53,15 +53,6 @@ std::vector<int64_t> parse_levels(const std::string& text) {
     }
   }
   return out;
-}
-
-std::string pct(double v) {
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(1);
-  if (v != v) return "n/a";
-  os << 100.0 * v << "%";
-  return os.str();
 }
 
 }  // namespace
@@ -142,37 +133,27 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   const int64_t eval_id = db.create_evaluation(info);
   db.add_eval_results(eval_id, rl::eval_result_records(groups, tasks, set.name));
 
-  // Per level and overall.
-  std::map<std::string, std::vector<rl::GroupResult>> by_level;
-  for (const auto& gr : groups) {
-    const auto& spec = tasks[gr.task_index]->spec();
-    by_level[spec.level ? "level " + std::to_string(*spec.level) : std::string("no level")].push_back(gr);
-    by_level["all"].push_back(gr);
+  // Benchmark metrics per level and overall (report/metrics.hpp; the same as `leap eval --solutions`).
+  report::MetricsInput mi;
+  for (const auto* t : tasks) mi.tasks.push_back({t->spec().name, t->spec().level});
+  for (const auto& gr : groups)
+    for (size_t i = 0; i < gr.rollouts.size(); ++i)
+      for (const auto& t : gr.rollouts[i].turns)
+        mi.attempts.push_back({tasks[gr.task_index]->spec().name, static_cast<int64_t>(i), t.turn,
+                               std::string(env::to_string(t.result.verdict)), rl::finite_or_empty(t.result.speedup),
+                               static_cast<int64_t>(t.sample.completion_ids.size()), t.result.suspicious});
+  mi.turns = o.max_turns;
+  const report::MetricsReport metrics = report::compute_metrics(mi);
+  if (a.format == "json") {
+    nlohmann::json js = {{"evaluation_id", eval_id}, {"bench", set.name}, {"model", model_dir},
+                         {"metrics", report::metrics_json(metrics)}};
+    std::cout << js.dump(2) << "\n";
+  } else {
+    std::cout << "evaluation " << eval_id << " (" << set.name << ", " << k << " samples, " << o.max_turns
+              << " turns, model " << model_dir << ")\n\n"
+              << report::render_text(report::metrics_table(metrics)) << "\nstored in " << g.db
+              << " (evaluations.id = " << eval_id << ")\n";
   }
-  nlohmann::json js = nlohmann::json::object();
-  std::ostringstream table;
-  table << "evaluation " << eval_id << " (" << set.name << ", " << k << " samples, " << o.max_turns << " turns)\n";
-  for (const auto& [name, gs] : by_level) {
-    const auto s = rl::summarize_eval(gs, o.max_turns, exp.eval.fast_p);
-    nlohmann::json row = {{"tasks", s.tasks}, {"compile_rate", s.compile_rate}, {"pass@k", s.pass_at_k},
-                          {"geomean_speedup", s.geomean_speedup == s.geomean_speedup ? nlohmann::json(s.geomean_speedup) : nlohmann::json()}};
-    table << "  " << name << ": " << s.tasks << " tasks, compile " << pct(s.compile_rate);
-    for (size_t t = 0; t < s.acc_at.size(); ++t) {
-      row["acc@" + std::to_string(t + 1)] = s.acc_at[t];
-      table << ", acc@" << t + 1 << " " << pct(s.acc_at[t]);
-    }
-    table << ", pass@" << k << " " << pct(s.pass_at_k);
-    for (const auto& [p, v] : s.fast_p) {
-      std::ostringstream key;
-      key << "fast_" << p;
-      row[key.str()] = v;
-      table << ", " << key.str() << " " << pct(v);
-    }
-    table << "\n";
-    js[name] = row;
-  }
-  if (a.format == "json") std::cout << js.dump(2) << "\n";
-  else std::cout << table.str() << "  stored in " << g.db << " (evaluations.id = " << eval_id << ")\n";
   return 0;
 }
 
