@@ -235,3 +235,47 @@ TEST_CASE("rl eval: leap eval --bench --model rolls out with the engine, stores 
   CHECK(bad.rc == 2);
   CHECK(bad.err.find("no-such-bench") != std::string::npos);
 }
+
+TEST_CASE("rl report: leap report over two short real runs (DCP on and off) shows both and the switch") {
+  const fs::path& root = tiny_model();
+  test::TempDir out;
+  const fs::path db_path = out.path / "leap.db";
+  std::vector<std::string> ids;
+  for (bool dcp : {true, false}) {
+    auto exp = small_experiment(root);
+    exp.name = dcp ? "dcp_on" : "dcp_off";
+    exp.dcp.enabled = dcp;
+    exp.turns.max = 2;
+    exp.train.steps = 2;
+    exp.rollout.group_size = 4;
+    RuleGrader grader;
+    grader.chars = {' ', 'e', 't', 'a'};
+    store::Store db(db_path);
+    rl::TrainContext ctx;
+    ctx.store = &db;
+    ctx.grader = &grader;
+    ctx.results_dir = (out.path / "results").string();
+    ctx.progress = false;
+    ids.push_back(rl::train(exp, ctx).run_id);
+  }
+  auto r = test::run_leap("report --db " + db_path.string());
+  REQUIRE(r.rc == 0);
+  for (const auto& id : ids) CHECK(r.out.find(id) != std::string::npos);
+  CHECK(r.out.find("dcp.enabled") != std::string::npos);
+  const fs::path html_dir = out.path / "report";
+  auto h = test::run_leap("report --db " + db_path.string() + " --format html --out " + html_dir.string());
+  REQUIRE(h.rc == 0);
+  const std::string html = test::read_file((html_dir / "report.html").string());
+  CHECK(html.find("<html") != std::string::npos);
+  CHECK(html.find("</html>") != std::string::npos);
+  CHECK(html.find("<svg") != std::string::npos);
+  int svgs = 0;
+  for (const auto& e : fs::recursive_directory_iterator(html_dir))
+    if (e.path().extension() == ".svg") {
+      ++svgs;
+      const std::string svg = test::read_file(e.path().string());
+      CHECK(svg.find("<svg") != std::string::npos);
+      CHECK(svg.rfind("</svg>") != std::string::npos);
+    }
+  CHECK(svgs >= 1);
+}
