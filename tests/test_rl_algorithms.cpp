@@ -222,6 +222,11 @@ TEST_CASE("rl turn advantages: per-turn returns minus the rollout-score baseline
   REQUIRE(one.size() == 1);
   check_values(one[0], {0.0, 0.0});
   CHECK_THROWS_AS(turn_advantages({{1.0}, {}}, AdvantageKind::grpo, 1e-6), Error);
+  // Equal scores s = {1, 1} (std 0): grpo leaves G_{i,t} - mean unscaled instead of dividing by
+  // std_eps: {1 - 1, 2 - 1} = {0, 1} and {1 - 1, 0 - 1} = {0, -1}.
+  auto flat = turn_advantages({{1.0, 2.0}, {1.0, 0.0}}, AdvantageKind::grpo, 1e-6);
+  check_values(flat[0], {0.0, 1.0});
+  check_values(flat[1], {0.0, -1.0});
 }
 
 TEST_CASE("rl all_zero") {

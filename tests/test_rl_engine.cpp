@@ -3,10 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "cli/environment.hpp"
 #include "env/task_runtime.hpp"
@@ -30,16 +28,9 @@ namespace {
 
 const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 std::string cpu_solution(const std::string& task) {
   for (const auto& e : fs::directory_iterator(kStarter + "/" + task + "/solutions"))
-    if (e.path().filename().string().rfind("cpu_", 0) == 0) return slurp(e.path());
+    if (e.path().filename().string().rfind("cpu_", 0) == 0) return test::read_file(e.path().string());
   FAIL("no cpu solution for " << task);
   return {};
 }

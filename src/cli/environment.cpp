@@ -1,5 +1,4 @@
 #include "cli/environment.hpp"
-#include "rl/grader.hpp"
 
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #if LEAP_HAVE_NVRTC
 #include "env/cuda_backend.hpp"
 #endif
+#include "rl/grader.hpp"
 #include "util/error.hpp"
 
 namespace leap::cli {
@@ -107,8 +107,6 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
 
 }  // namespace leap::cli
 
-#include <atomic>
-#include <thread>
 
 #include "config/load.hpp"
 

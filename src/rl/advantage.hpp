@@ -24,8 +24,9 @@ std::vector<double> group_advantages(const std::vector<double>& scores, Advantag
 /// A_{i,t} = G_{i,t} - b_i, scaled by 1 / (std + std_eps) for grpo, where the baseline b_i and
 /// std come from the rollout scores s_i = G_{i,1} exactly as in group_advantages (grpo, dr_grpo:
 /// b_i = mean s; rloo: b_i = mean_{j != i} s_j). G == 1 gives all zeros (no baseline).
-/// Note: with grpo and a group whose scores are all equal, later-turn returns that differ from
-/// the baseline are divided by std_eps alone.
+/// With grpo and a group whose scores are all equal (std 0) the advantages are left unscaled
+/// (G_{i,t} - mean), so a later-turn return that differs from the baseline is not divided by
+/// std_eps alone.
 /// Throws leap::Error if a rollout has no turns.
 std::vector<std::vector<double>> turn_advantages(const std::vector<std::vector<double>>& returns,
                                                  AdvantageKind kind, double std_eps);

@@ -4,6 +4,7 @@
 
 #include "env/task_runtime.hpp"
 #include "rl/prompts.hpp"
+#include "util/hash.hpp"
 
 namespace leap::rl {
 
@@ -13,14 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-uint64_t mix_seed(uint64_t base, uint64_t a, uint64_t b) {
-  uint64_t x = base ^ (a * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full);
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  return x;
 }
 
 /// Where one rollout stands between turns.
@@ -99,7 +92,7 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
       }
       SampleOptions so = options_.sampling;
       so.max_new_tokens = options_.summary_max_tokens;
-      so.seed = mix_seed(seed, static_cast<uint64_t>(turn), 0x5u);
+      so.seed = util::mix_seed(util::mix_seed(seed, static_cast<uint64_t>(turn)), 0x5u);
       const auto t0 = Clock::now();
       auto samples = policy_.generate(sp, so);
       st.generation_seconds += seconds_since(t0);
@@ -147,7 +140,7 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
     }
 
     SampleOptions so = options_.sampling;
-    so.seed = mix_seed(seed, static_cast<uint64_t>(turn), 0x1u);
+    so.seed = util::mix_seed(util::mix_seed(seed, static_cast<uint64_t>(turn)), 0x1u);
     auto t0 = Clock::now();
     auto samples = policy_.generate(prompts, so);
     st.generation_seconds += seconds_since(t0);

@@ -78,13 +78,7 @@ std::vector<ScoredRollout> score_group(const GroupResult& group, const config::E
     for (size_t i = 0; i < G; ++i) returns[i] = discounted_returns(per_turn[i], gamma);
     std::vector<double> scores;
     for (size_t i = 0; i < G; ++i) scores.push_back(returns[i].empty() ? 0.0 : returns[i].front());
-    // With equal rollout scores the grpo std is 0 and a later-turn return that differs from the
-    // baseline would be divided by std_eps alone: use the unscaled (dr_grpo) form then.
-    double mean = 0, var = 0;
-    for (double v : scores) mean += v / static_cast<double>(std::max<size_t>(1, G));
-    for (double v : scores) var += (v - mean) * (v - mean) / static_cast<double>(std::max<size_t>(1, G));
-    const AdvantageKind turn_est = est == AdvantageKind::grpo && var <= 1e-16 ? AdvantageKind::dr_grpo : est;
-    const auto adv = turn_advantages(returns, turn_est, exp.advantage.std_eps);
+    const auto adv = turn_advantages(returns, est, exp.advantage.std_eps);
     const auto rollout_adv = group_advantages(scores, est, exp.advantage.std_eps);
     for (size_t i = 0; i < G; ++i) {
       out[i].reward = scores[i];

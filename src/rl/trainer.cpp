@@ -32,6 +32,7 @@
 #include "tasks/task_spec.hpp"
 #include "util/build_info.hpp"
 #include "util/error.hpp"
+#include "util/hash.hpp"
 #include "util/log.hpp"
 
 namespace leap::rl {
@@ -65,14 +66,6 @@ class InterruptGuard {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-uint64_t mix(uint64_t a, uint64_t b) {
-  uint64_t x = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  x ^= x >> 33;
-  x *= 0xFF51AFD7ED558CCDull;
-  x ^= x >> 33;
-  return x;
-}
-
 std::string hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
@@ -104,14 +97,17 @@ std::vector<const env::RuntimeTask*> step_tasks(const std::vector<const env::Run
                                                 int64_t per_step, uint64_t seed) {
   std::vector<const env::RuntimeTask*> out;
   const int64_t n = static_cast<int64_t>(pool.size());
-  for (int64_t j = 0; j < per_step; ++j) {
-    const int64_t pos = (step - 1) * per_step + j;
-    const int64_t epoch = pos / n, at = pos % n;
-    std::vector<size_t> perm(pool.size());
-    std::iota(perm.begin(), perm.end(), 0);
-    std::mt19937_64 rng(mix(seed, static_cast<uint64_t>(epoch) + 17));
-    std::shuffle(perm.begin(), perm.end(), rng);
-    out.push_back(pool[perm[static_cast<size_t>(at)]]);
+  std::vector<size_t> perm;
+  int64_t perm_epoch = -1;
+  for (int64_t pos = (step - 1) * per_step; pos < step * per_step; ++pos) {
+    if (pos / n != perm_epoch) {  // one seeded shuffle per epoch over the split
+      perm_epoch = pos / n;
+      perm.resize(pool.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      std::mt19937_64 rng(util::mix_seed(seed, static_cast<uint64_t>(perm_epoch) + 17));
+      std::shuffle(perm.begin(), perm.end(), rng);
+    }
+    out.push_back(pool[perm[static_cast<size_t>(pos % n)]]);
   }
   return out;
 }
@@ -200,7 +196,7 @@ EvalSummary run_eval(Run& r, int64_t step) {
   RolloutEngine engine(*r.policy, *r.ctx.grader, o);
   std::vector<const env::RuntimeTask*> tasks;
   for (const auto* t : r.eval.tasks) tasks.push_back(t);
-  const auto groups = engine.run(tasks, static_cast<int>(r.exp.eval.samples), mix(r.exp.train.seed, 0xE7A1), nullptr);
+  const auto groups = engine.run(tasks, static_cast<int>(r.exp.eval.samples), util::mix_seed(r.exp.train.seed, 0xE7A1), nullptr);
   const auto s = summarize_eval(groups, o.max_turns, r.exp.eval.fast_p);
   store::EvaluationInfo info;
   info.run_id = r.run_id;
@@ -244,7 +240,7 @@ void run_sft(Run& r) {
                                         .weight_decay(r.exp.optim.weight_decay));
   UpdateOptions o = r.update;
   o.temperature = 1.0;
-  std::mt19937_64 rng(mix(r.exp.train.seed, 0x5F7));
+  std::mt19937_64 rng(util::mix_seed(r.exp.train.seed, 0x5F7));
   std::vector<size_t> order(pool.size());
   std::iota(order.begin(), order.end(), 0);
   size_t pos = order.size();
@@ -410,7 +406,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
                                     static_cast<uint64_t>(exp.train.seed));
       EngineStats es;
       const auto groups = engine.run(batch, static_cast<int>(exp.rollout.group_size),
-                                     mix(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step)), &es);
+                                     util::mix_seed(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step)), &es);
 
       // Rewards, advantages and training samples.
       std::vector<TrainSample> samples;
@@ -475,7 +471,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
         compute_old_logprobs(r.model, exp.loss.kl_beta > 0 ? &r.reference : nullptr, samples, r.update);
         set_lr(*r.optimizer, lr_at(exp.optim, exp.optim.lr, step, total));
         UpdateOptions uo = r.update;
-        uo.seed = mix(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step) + 0xABCD);
+        uo.seed = util::mix_seed(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step) + 0xABCD);
         us = ppo_update(r.model, *r.optimizer, r.params, samples, uo);
         compute_new_logprob_means(r.model, samples, r.update);
       }

@@ -19,4 +19,12 @@ std::string hash_hex(std::string_view data) {
   return buf;
 }
 
+uint64_t mix_seed(uint64_t a, uint64_t b) noexcept {
+  uint64_t x = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  return x;
+}
+
 }  // namespace leap::util
