@@ -71,8 +71,14 @@ std::shared_ptr<env::Backend> make_cpu_backend(const config::EnvConfig& e, const
 
 std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& e, const std::string& cache_dir,
                                                 bool require_device) {
+  return make_cuda_backend(e, cache_dir, require_device, 0);
+}
+
+std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& e, const std::string& cache_dir,
+                                                bool require_device, int device) {
 #if LEAP_HAVE_NVRTC
   env::CudaBackendOptions co;
+  co.device = device;
   co.nvrtc.arch = e.cuda.arch;
   co.nvrtc.cache_dir = cache_dir;
   co.nvrtc.timeout_s = e.compile_timeout_s;
@@ -83,16 +89,22 @@ std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& e, cons
   (void)e;
   (void)cache_dir;
   (void)require_device;
+  (void)device;
   throw NotBuiltError("the cuda backend is not in this build (no CUDA toolkit / NVRTC at build time)");
 #endif
 }
 
 std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const std::string& backend) {
+  return make_environment(e, backend, 0);
+}
+
+std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const std::string& backend,
+                                              int cuda_device) {
   if (backend != "cpu" && backend != "cuda")
     throw UsageError("unknown backend '" + backend + "' (cpu or cuda)");
   auto out = std::make_unique<Environment>();
   set_cache_dir(*out, e, backend);
-  out->backend = backend == "cpu" ? make_cpu_backend(e, out->cache_dir) : make_cuda_backend(e, out->cache_dir, true);
+  out->backend = backend == "cpu" ? make_cpu_backend(e, out->cache_dir) : make_cuda_backend(e, out->cache_dir, true, cuda_device);
   env::PoolOptions po;
   po.workers = static_cast<int>(std::max<int64_t>(1, e.workers));
   po.run_timeout_s = e.run_timeout_s;

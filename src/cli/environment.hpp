@@ -26,14 +26,22 @@ env::VerifierOptions verifier_options(const config::EnvConfig& env);
 /// `env.cache_dir/<backend>`). With env.compile_cache false, a fresh temporary cache folder is used
 /// and removed with the Environment. "cuda" throws env::CudaUnavailableError (exit 1, "the cuda
 /// backend needs an NVIDIA GPU and its driver: ...") on a machine without a usable GPU, and
-/// NotBuiltError in a build without NVRTC; an unknown name throws UsageError.
+/// NotBuiltError in a build without NVRTC; an unknown name throws UsageError. The cuda
+/// backend's workers use GPU 0.
 std::unique_ptr<Environment> make_environment(const config::EnvConfig& env, const std::string& backend);
+/// make_environment with the cuda backend's workers on GPU `cuda_device` (a data-parallel rank
+/// passes its LOCAL_RANK); the cpu backend ignores it.
+std::unique_ptr<Environment> make_environment(const config::EnvConfig& env, const std::string& backend,
+                                              int cuda_device);
 
 /// The cuda backend alone, compiling into `cache_dir`. With `require_device` false it works
 /// without a GPU for compiling only (NVRTC targets env.cuda.arch); see env::CudaBackendOptions.
 /// Throws NotBuiltError in a build without NVRTC.
 std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& env, const std::string& cache_dir,
                                                 bool require_device);
+/// make_cuda_backend on GPU ordinal `device`.
+std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& env, const std::string& cache_dir,
+                                                bool require_device, int device);
 
 }  // namespace leap::cli
 

@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "cli/environment.hpp"
 #include "config/load.hpp"
+#include "dist/process_group.hpp"
 #include "rl/grader.hpp"
 #include "rl/trainer.hpp"
 #include "store/store.hpp"
@@ -30,35 +31,59 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--resume", o->resume, "continue run RUN_ID from its last checkpoint");
   cmd->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
   cmd->add_flag("--annotate", o->annotate, "with --print-config: a comment describing each key");
-  cmd->footer("Exit codes: 0 ok, 1 failure, 2 bad config or usage, 3 not built yet.");
+  cmd->footer("Exit codes: 0 ok, 1 failure, 2 bad config or usage, 3 not built yet.\n"
+              "Data parallel: run under torchrun (or any launcher setting RANK, WORLD_SIZE, LOCAL_RANK,\n"
+              "MASTER_ADDR, MASTER_PORT), e.g. torchrun --no-python --nproc-per-node 8 leap train CONFIG;\n"
+              "see docs/distributed.md.");
   return [o, &g]() -> int {
     config::Experiment exp;
     std::string source = o->config;
+    // Data parallel when the launcher says so (WORLD_SIZE > 1); rank 0 alone opens the store.
+    const dist::Rendezvous rdv = dist::rendezvous_from_env();
+    std::unique_ptr<dist::ProcessGroup> group;
     if (!o->resume.empty()) {
-      // A resumed run keeps its stored config; --set and the config file are not applied.
-      store::Store db(g.db);
-      auto row = db.get_run(o->resume);
-      if (!row) throw UsageError("--resume: no run '" + o->resume + "' in " + g.db);
-      exp = config::parse_experiment(row->config_yaml, "run " + o->resume + " (stored config)");
+      // A resumed run keeps its stored config; --set and the config file are not applied (the
+      // file's dist: keys set up the process group, then rank 0 sends the stored config).
+      std::string yaml;
+      if (rdv.rank == 0) {
+        store::Store db(g.db);
+        auto row = db.get_run(o->resume);
+        if (!row) throw UsageError("--resume: no run '" + o->resume + "' in " + g.db);
+        yaml = row->config_yaml;
+      }
+      if (rdv.world_size > 1 && !o->print_config) {
+        const auto file = config::load_experiment(o->config, o->sets);
+        const bool cuda = file.model.device == "cuda" || (file.model.device == "auto" && torch::cuda::is_available());
+        group = dist::ProcessGroup::create(rdv, dist::resolve_backend(file.dist.backend, cuda), file.dist.timeout_s);
+        yaml = group->broadcast_bytes(yaml, 0);
+      }
+      exp = config::parse_experiment(yaml, "run " + o->resume + " (stored config)");
       source = o->config;
     } else {
       exp = config::load_experiment(o->config, o->sets);
     }
     if (o->print_config) {
-      std::cout << config::to_yaml(exp, o->annotate);
+      if (rdv.rank == 0) std::cout << config::to_yaml(exp, o->annotate);
       return 0;
     }
-    auto environment = make_environment(exp.env, exp.env.backend);
+    const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
+    if (rdv.world_size > 1 && !group)
+      group = dist::ProcessGroup::create(rdv, dist::resolve_backend(exp.dist.backend, cuda), exp.dist.timeout_s);
+    // Each rank's environment workers use the rank's GPU (LOCAL_RANK).
+    auto environment = make_environment(exp.env, exp.env.backend, rdv.local_rank);
     rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
-    store::Store db(g.db);
+    std::unique_ptr<store::Store> db;
+    if (rdv.rank == 0) db = std::make_unique<store::Store>(g.db);
     rl::TrainContext ctx;
-    ctx.store = &db;
+    ctx.store = db.get();
+    ctx.group = group.get();
     ctx.grader = &grader;
     ctx.results_dir = g.results_dir;
     ctx.config_path = source;
     if (!o->resume.empty()) ctx.resume_run_id = o->resume;
-    ctx.progress = exp.logging.progress;
+    ctx.progress = exp.logging.progress && rdv.rank == 0;
     const auto s = rl::train(exp, ctx);
+    if (rdv.rank != 0) return 0;  // rank 0 prints the summary
     auto fig = [](double v) { return v == v ? fmt::format("{:.3f}", v) : std::string("n/a"); };
     std::cout << "\nrun " << s.run_id << " finished: " << s.steps << " steps in " << fmt::format("{:.0f}", s.seconds)
               << " s\n"

@@ -30,4 +30,25 @@ Aggregation parse_aggregation(std::string_view name);
 std::vector<double> aggregation_weights(Aggregation kind, const std::vector<int64_t>& sample_tokens,
                                         const std::vector<int64_t>& segment_ids, int64_t max_len);
 
+/// The batch-wide normalizers of aggregation_weights: trained tokens, samples with tokens and
+/// distinct segments with tokens. Totals of disjoint parts of a batch add up (a segment never
+/// spans data-parallel ranks), so ranks all-reduce (sum) their local totals.
+struct AggregationTotals {
+  int64_t tokens = 0;    ///< sum of n_i
+  int64_t samples = 0;   ///< samples with n_i > 0
+  int64_t segments = 0;  ///< distinct segment ids among samples with n_i > 0 (0 unless segment_mean)
+};
+
+/// The totals of `sample_tokens` / `segment_ids` (same checks as aggregation_weights).
+AggregationTotals aggregation_totals(Aggregation kind, const std::vector<int64_t>& sample_tokens,
+                                     const std::vector<int64_t>& segment_ids, int64_t max_len);
+
+/// aggregation_weights for one part of a batch whose batch-wide normalizers are `totals` (the sum
+/// over all parts, e.g. all data-parallel ranks); per-segment token counts are taken from this
+/// part. With totals == aggregation_totals(this part) it equals aggregation_weights. Throws as
+/// aggregation_weights does.
+std::vector<double> aggregation_weights(Aggregation kind, const std::vector<int64_t>& sample_tokens,
+                                        const std::vector<int64_t>& segment_ids, int64_t max_len,
+                                        const AggregationTotals& totals);
+
 }  // namespace leap::rl

@@ -9,11 +9,13 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <spdlog/spdlog.h>
 
 #include "config/load.hpp"
+#include "dist/process_group.hpp"
 #include "env/task_runtime.hpp"
 #include "model/chat_format.hpp"
 #include "model/tokenizer.hpp"
@@ -28,6 +30,7 @@
 #include "rl/step_record.hpp"
 #include "rl/update.hpp"
 #include "store/clock.hpp"
+#include "store/records_json.hpp"
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/build_info.hpp"
@@ -149,7 +152,10 @@ std::vector<std::string> shipped_solutions(const tasks::TaskSpec& spec, const st
 struct Run {
   const config::Experiment& exp;
   const TrainContext& ctx;
-  store::Store& db;
+  store::Store* db;                ///< null on data-parallel ranks other than 0
+  dist::ProcessGroup* pg = nullptr;  ///< data-parallel group or null
+  int rank = 0, world = 1;
+  uint64_t rank_seed = 0;          ///< train.seed on rank 0, a mix of it and the rank elsewhere
   std::string run_id;
   fs::path run_dir;
   tasks::TaskSet set;
@@ -164,7 +170,13 @@ struct Run {
   UpdateOptions update;
   std::string checkpoint;
 
-  Run(const config::Experiment& e, const TrainContext& c) : exp(e), ctx(c), db(*c.store) {}
+  Run(const config::Experiment& e, const TrainContext& c)
+      : exp(e), ctx(c), db(c.store), pg(c.group), rank(c.group ? c.group->rank() : 0),
+        world(c.group ? c.group->world_size() : 1) {
+    rank_seed = rank == 0 ? static_cast<uint64_t>(e.train.seed)
+                          : util::mix_seed(static_cast<uint64_t>(e.train.seed), 0xD1570000ULL + static_cast<uint64_t>(rank));
+  }
+  bool rank0() const { return rank == 0; }
 };
 
 EngineOptions engine_options(const config::Experiment& exp) {
@@ -198,6 +210,7 @@ EvalSummary run_eval(Run& r, int64_t step) {
   for (const auto* t : r.eval.tasks) tasks.push_back(t);
   const auto groups = engine.run(tasks, static_cast<int>(r.exp.eval.samples), util::mix_seed(r.exp.train.seed, 0xE7A1), nullptr);
   const auto s = summarize_eval(groups, o.max_turns, r.exp.eval.fast_p);
+  if (!r.rank0()) return s;  // data parallel: every rank evaluates the same tasks, rank 0 records
   store::EvaluationInfo info;
   info.run_id = r.run_id;
   info.step = step;
@@ -206,9 +219,9 @@ EvalSummary run_eval(Run& r, int64_t step) {
                        std::to_string(r.exp.eval.samples) + ", \"temperature\": " +
                        std::to_string(r.exp.eval.temperature) + ", \"backend\": \"" + r.exp.env.backend + "\"}";
   const auto rows = eval_result_records(groups, tasks, r.set.name);
-  const int64_t eval_id = r.db.create_evaluation(info);
-  r.db.add_eval_results(eval_id, rows);
-  for (const auto& [name, value] : eval_metrics(s)) r.db.add_metric(r.run_id, step, name, value);
+  const int64_t eval_id = r.db->create_evaluation(info);
+  r.db->add_eval_results(eval_id, rows);
+  for (const auto& [name, value] : eval_metrics(s)) r.db->add_metric(r.run_id, step, name, value);
   std::string accs;
   for (size_t t = 0; t < s.acc_at.size(); ++t) accs += fmt::format(" acc@{} {:.3f}", t + 1, s.acc_at[t]);
   spdlog::info("eval at step {} ({} tasks x {} samples):{} fast_1 {:.3f} compile {:.3f}", step, s.tasks, s.samples,
@@ -254,19 +267,21 @@ void run_sft(Run& r) {
         std::shuffle(order.begin(), order.end(), rng);
         pos = 0;
       }
-      batch.push_back(pool[order[pos++]]);
+      const size_t k = order[pos++];
+      if (b % r.world == r.rank) batch.push_back(pool[k]);  // data parallel: this rank's share
     }
     const double loss = sft_step(r.model, opt, r.params, batch, o);
     if (std::isnan(first)) first = loss;
     last = loss;
     // SFT metrics use steps <= 0 so that RL step numbers (and resume truncation) are unaffected.
-    r.db.add_metric(r.run_id, step - sft.steps, "sft/loss", loss);
+    if (r.rank0()) r.db->add_metric(r.run_id, step - sft.steps, "sft/loss", loss);
     progress.tick();
   }
   progress.finish();
   spdlog::info("sft: {} steps on {} solutions, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", sft.steps, pool.size(),
                first, last, seconds_since(t0));
-  r.db.add_event(r.run_id, 0, "sft",
+  if (r.rank0())
+    r.db->add_event(r.run_id, 0, "sft",
                  fmt::format("{} steps on {} solutions, loss {:.4f} -> {:.4f}", sft.steps, pool.size(), first, last));
 }
 
@@ -277,7 +292,7 @@ void save(Run& r, int64_t step) {
   st.seed = static_cast<uint64_t>(r.exp.train.seed);
   st.run_id = r.run_id;
   save_checkpoint(dir, r.exp.model.path, r.model, *r.optimizer, st);
-  r.db.add_checkpoint(r.run_id, step, dir.string());
+  r.db->add_checkpoint(r.run_id, step, dir.string());
   r.checkpoint = dir.string();
   spdlog::info("checkpoint {}", dir.string());
 }
@@ -285,7 +300,8 @@ void save(Run& r, int64_t step) {
 }  // namespace
 
 TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
-  if (!ctx.store || !ctx.grader) throw Error("train: store and grader are required");
+  if (!ctx.grader || (!ctx.store && (!ctx.group || ctx.group->rank() == 0)))
+    throw Error("train: store and grader are required");
   InterruptGuard interrupt_guard;
   const auto t_start = Clock::now();
   Run r(exp, ctx);
@@ -303,7 +319,9 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
   const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
   if (exp.model.device == "cuda" && !torch::cuda::is_available())
     throw ConfigError(ctx.config_path + ": key 'model.device': cuda requested but no CUDA device is available");
-  r.device = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  // Data parallel: each rank trains on the GPU of its LOCAL_RANK.
+  r.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.pg ? r.pg->local_rank() : 0))
+                  : torch::Device(torch::kCPU);
   if (!cuda && exp.model.cpu_threads > 0) at::set_num_threads(static_cast<int>(exp.model.cpu_threads));
   r.tok = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(exp.model.path));
   // Master weights stay fp32; on CUDA the forward runs under bf16 autocast.
@@ -341,24 +359,27 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
   r.update.max_len = exp.rollout.max_new_tokens;
   r.update.autocast_bf16 = cuda && exp.model.dtype != "fp32";
   r.update.pad_id = r.policy->stop_ids().front();
+  r.update.group = r.pg;
 
   // Run row: new, or resumed from its last checkpoint.
   int64_t start_step = 1;
-  if (ctx.resume_run_id) {
+  if (!r.rank0()) {
+    // Rank 0 owns the store; it sends the run id and the checkpoint to resume from (below).
+  } else if (ctx.resume_run_id) {
     r.run_id = *ctx.resume_run_id;
-    auto row = r.db.get_run(r.run_id);
-    if (!row) throw Error("--resume: no run '" + r.run_id + "' in " + r.db.path());
+    auto row = r.db->get_run(r.run_id);
+    if (!row) throw Error("--resume: no run '" + r.run_id + "' in " + r.db->path());
     r.run_dir = fs::path(ctx.results_dir) / r.run_id;
-    const auto ck = r.db.latest_checkpoint(r.run_id);
+    const auto ck = r.db->latest_checkpoint(r.run_id);
     if (ck) {
       const auto st = load_checkpoint(ck->path, r.model, *r.optimizer);
       start_step = st.step + 1;
       r.checkpoint = ck->path;
     }
     // Rows after the checkpoint are dropped, so no step is written twice.
-    r.db.truncate_run_after(r.run_id, start_step - 1);
-    r.db.reopen_run(r.run_id);
-    r.db.add_event(r.run_id, start_step - 1, "resume",
+    r.db->truncate_run_after(r.run_id, start_step - 1);
+    r.db->reopen_run(r.run_id);
+    r.db->add_event(r.run_id, start_step - 1, "resume",
                    ck ? "resumed from " + ck->path : std::string("no checkpoint: restarted from the base model"));
     spdlog::info("resuming run {} at step {}", r.run_id, start_step);
   } else {
@@ -370,11 +391,41 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     info.seed = exp.train.seed;
     info.git_commit = git_commit();
     info.hostname = hostname();
-    r.run_id = r.db.create_run(info);
+    r.run_id = r.db->create_run(info);
     r.run_dir = fs::path(ctx.results_dir) / r.run_id;
   }
+  if (r.pg) {
+    // Every rank learns the run and resume point from rank 0 and reads rank 0's checkpoint
+    // (the results folder must be shared, or copied, between machines), then the weights are
+    // broadcast from rank 0 so every rank starts identical (LoRA init included).
+    nlohmann::json hello = {{"run_id", r.run_id}, {"checkpoint", r.checkpoint}, {"start_step", start_step}};
+    hello = nlohmann::json::parse(r.pg->broadcast_bytes(hello.dump(), 0));
+    r.run_id = hello.at("run_id").get<std::string>();
+    start_step = hello.at("start_step").get<int64_t>();
+    if (!r.rank0()) {
+      r.run_dir = fs::path(ctx.results_dir) / r.run_id;
+      r.checkpoint = hello.at("checkpoint").get<std::string>();
+      if (!r.checkpoint.empty()) load_checkpoint(r.checkpoint, r.model, *r.optimizer);
+    }
+    torch::NoGradGuard ng;
+    for (auto& p : r.model->parameters()) {
+      at::Tensor d = p.detach();
+      r.pg->broadcast(d, 0);
+    }
+    const std::string me = fmt::format("rank {} (host {}, local rank {}, device {}): seed {}", r.rank, hostname(),
+                                       r.pg->local_rank(), r.device.str(), r.rank_seed);
+    const auto all = r.pg->all_gather_bytes(me);
+    if (r.rank0()) {
+      std::string msg = fmt::format("data parallel over {} ranks ({}, timeout {:g} s)", r.world, r.pg->backend(),
+                                    r.pg->timeout_s());
+      for (const auto& line : all) msg += "; " + line;
+      r.db->add_event(r.run_id, start_step - 1, "dist", msg);
+      spdlog::info("{}", msg);
+    }
+  }
   fs::create_directories(r.run_dir);
-  util::add_log_file((r.run_dir / "train.log").string());
+  util::add_log_file((r.run_dir / (r.rank0() ? std::string("train.log") : fmt::format("train.rank{}.log", r.rank)))
+                         .string());
   summary.run_id = r.run_id;
   summary.first_step = start_step;
   spdlog::info("run {}: {} train / {} eval tasks from {}, model {} ({} parameters, {} trained) on {}", r.run_id,
@@ -396,17 +447,24 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     const int64_t total = exp.train.steps;
     int64_t step = start_step;
     for (; step <= total; ++step) {
+      // A signal may reach the ranks at different times: all stop after the same step.
+      if (r.pg && r.pg->all_reduce_max({g_interrupted ? 1.0 : 0.0})[0] > 0) g_interrupted = true;
       if (g_interrupted) break;
       const double started_at = store::unix_now();
       store::StepRecord rec;
       rec.run_id = r.run_id;
       rec.step = step;
       rec.started_at = started_at;
-      const auto batch = step_tasks(r.train.tasks, step, exp.rollout.tasks_per_step,
-                                    static_cast<uint64_t>(exp.train.seed));
+      const auto global_batch = step_tasks(r.train.tasks, step, exp.rollout.tasks_per_step,
+                                           static_cast<uint64_t>(exp.train.seed));
+      // Data parallel: this rank's contiguous share of the step's groups (a group never spans ranks).
+      const size_t lo = global_batch.size() * static_cast<size_t>(r.rank) / static_cast<size_t>(r.world);
+      const size_t hi = global_batch.size() * static_cast<size_t>(r.rank + 1) / static_cast<size_t>(r.world);
+      const std::vector<const env::RuntimeTask*> batch(global_batch.begin() + static_cast<long>(lo),
+                                                       global_batch.begin() + static_cast<long>(hi));
       EngineStats es;
       const auto groups = engine.run(batch, static_cast<int>(exp.rollout.group_size),
-                                     util::mix_seed(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step)), &es);
+                                     util::mix_seed(r.rank_seed, static_cast<uint64_t>(step)), &es);
 
       // Rewards, advantages and training samples.
       std::vector<TrainSample> samples;
@@ -467,11 +525,11 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       // Update.
       const auto t_update = Clock::now();
       UpdateStats us;
-      if (!samples.empty()) {
+      if (!samples.empty() || r.pg) {  // every rank takes part in the update's collectives
         compute_old_logprobs(r.model, exp.loss.kl_beta > 0 ? &r.reference : nullptr, samples, r.update);
         set_lr(*r.optimizer, lr_at(exp.optim, exp.optim.lr, step, total));
         UpdateOptions uo = r.update;
-        uo.seed = util::mix_seed(static_cast<uint64_t>(exp.train.seed), static_cast<uint64_t>(step) + 0xABCD);
+        uo.seed = util::mix_seed(r.rank_seed, static_cast<uint64_t>(step) + 0xABCD);
         us = ppo_update(r.model, *r.optimizer, r.params, samples, uo);
         compute_new_logprob_means(r.model, samples, r.update);
       }
@@ -483,14 +541,43 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
         if (!where[k].summary)
           means[{where[k].g, where[k].i, where[k].t}] = {samples[k].old_logprob_mean, samples[k].new_logprob_mean};
       rec.groups = group_records(groups, scored, batch, r.set.name, means, exp.logging.store_text);
+      for (auto& gr : rec.groups) gr.group_index += static_cast<int64_t>(lo);  // position in the global batch
       for (size_t g = 0; g < groups.size(); ++g)
         for (size_t i = 0; i < groups[g].rollouts.size(); ++i)
           for (const auto& sm : groups[g].rollouts[i].summaries)
             rec.events.push_back({"compaction_summary",
-                                  fmt::format("group {} rollout {} before turn {} (segment {}): {}", g, i, sm.turn,
+                                  fmt::format("group {} rollout {} before turn {} (segment {}): {}", g + lo, i, sm.turn,
                                               sm.segment + 1, sm.sample.text),
                                   std::nullopt});
-      const double G = static_cast<double>(groups.size());
+      int64_t final_correct = 0;
+      for (const auto& g : groups)
+        for (const auto& ro : g.rollouts) final_correct += ro.first_success() > 0 ? 1 : 0;
+      double n_groups = static_cast<double>(groups.size());
+      size_t n_samples = samples.size();
+      if (r.pg) {
+        // Step metrics over all ranks: counts and sums add up; times are the slowest rank's.
+        const auto sum = r.pg->all_reduce_sum(
+            {reward_sum, binary_sum, static_cast<double>(rollouts), static_cast<double>(turn1_correct),
+             static_cast<double>(final_correct), static_cast<double>(zero_adv), static_cast<double>(activated),
+             static_cast<double>(recovered), response_tokens, static_cast<double>(n_turns), n_groups,
+             static_cast<double>(es.env_calls), static_cast<double>(es.env_calls_saved),
+             static_cast<double>(es.compaction_events), static_cast<double>(es.tokens_saved),
+             static_cast<double>(samples.size())});
+        reward_sum = sum[0], binary_sum = sum[1], rollouts = std::llround(sum[2]), turn1_correct = std::llround(sum[3]);
+        final_correct = std::llround(sum[4]), zero_adv = std::llround(sum[5]), activated = std::llround(sum[6]);
+        recovered = std::llround(sum[7]), response_tokens = sum[8], n_turns = std::llround(sum[9]);
+        n_groups = sum[10];
+        es.env_calls = std::llround(sum[11]), es.env_calls_saved = std::llround(sum[12]);
+        es.compaction_events = std::llround(sum[13]), es.tokens_saved = std::llround(sum[14]);
+        n_samples = static_cast<size_t>(std::llround(sum[15]));
+        const auto mx = r.pg->all_reduce_max({es.generation_seconds, es.env_seconds});
+        es.generation_seconds = mx[0], es.env_seconds = mx[1];
+        // Every rank's rows travel to rank 0, which writes each rollout once, in rank order.
+        const auto rows = r.pg->all_gather_bytes(r.rank0() ? std::string() : store::step_rows_to_json(rec.groups, rec.events));
+        if (r.rank0())
+          for (size_t k = 1; k < rows.size(); ++k) store::step_rows_from_json(rows[k], rec.groups, rec.events);
+      }
+      const double G = n_groups;
       auto metric = [&](const std::string& name, double v) { rec.metrics.push_back({name, v, std::nullopt}); };
       const double reward_mean = rollouts ? reward_sum / static_cast<double>(rollouts) : 0.0;
       metric("reward_mean", reward_mean);
@@ -515,9 +602,6 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       metric("skipped_updates", static_cast<double>(us.skipped_steps));
       metric("lr", lr_at(exp.optim, exp.optim.lr, step, total));
       // Train accuracy: turn-1 and final correctness over the step's rollouts.
-      int64_t final_correct = 0;
-      for (const auto& g : groups)
-        for (const auto& ro : g.rollouts) final_correct += ro.first_success() > 0 ? 1 : 0;
       const double train_acc1 = rollouts ? static_cast<double>(turn1_correct) / static_cast<double>(rollouts) : 0.0;
       metric("train_acc@1", train_acc1);
       metric("train_acc@T", rollouts ? static_cast<double>(final_correct) / static_cast<double>(rollouts) : 0.0);
@@ -526,7 +610,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       rec.env_seconds = es.env_seconds;
       rec.update_seconds = update_s;
       rec.ended_at = store::unix_now();
-      r.db.write_step(rec);
+      if (r.rank0()) r.db->write_step(rec);
 
       if (step == start_step) {
         summary.reward_first = reward_mean;
@@ -540,20 +624,24 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
                      "{} samples; gen {:.1f} s, env {:.1f} s ({} calls, {} saved), update {:.1f} s",
                      step, total, reward_mean, train_acc1,
                      rollouts ? static_cast<double>(final_correct) / static_cast<double>(rollouts) : 0.0,
-                     G > 0 ? 100.0 * static_cast<double>(activated) / G : 0.0, us.loss, samples.size(),
+                     G > 0 ? 100.0 * static_cast<double>(activated) / G : 0.0, us.loss, n_samples,
                      es.generation_seconds, es.env_seconds, es.env_calls, es.env_calls_saved, update_s);
       if (do_eval && step % exp.train.eval_every == 0 && step != total) run_eval(r, step);
-      if (exp.train.checkpoint_every > 0 && step % exp.train.checkpoint_every == 0 && step != total) save(r, step);
+      if (exp.train.checkpoint_every > 0 && step % exp.train.checkpoint_every == 0 && step != total && r.rank0())
+        save(r, step);
     }
     if (g_interrupted) {
       const int64_t last = step - 1;
-      if (last >= start_step) save(r, last);
-      r.db.finish_run(r.run_id, store::RunStatus::interrupted);
+      if (r.rank0()) {
+        if (last >= start_step) save(r, last);
+        r.db->finish_run(r.run_id, store::RunStatus::interrupted);
+      }
       throw Error("interrupted after step " + std::to_string(last) + "; continue with: leap train " +
                   ctx.config_path + " --resume " + r.run_id);
     }
     if (total >= start_step) {
-      save(r, total);
+      if (r.rank0()) save(r, total);
+      else r.checkpoint = (r.run_dir / "checkpoints" / ("step-" + std::to_string(total))).string();
       if (do_eval) {
         const auto s = run_eval(r, total);
         summary.acc1_end = s.acc_at.front();
@@ -561,12 +649,12 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       }
     }
     summary.steps = total;
-    r.db.finish_run(r.run_id, store::RunStatus::finished);
+    if (r.rank0()) r.db->finish_run(r.run_id, store::RunStatus::finished);
   } catch (const Error& e) {
-    if (!g_interrupted) {
+    if (!g_interrupted && r.rank0()) {
       try {
-        r.db.add_event(r.run_id, std::nullopt, "error", e.what());
-        r.db.finish_run(r.run_id, store::RunStatus::failed);
+        r.db->add_event(r.run_id, std::nullopt, "error", e.what());
+        r.db->finish_run(r.run_id, store::RunStatus::failed);
       } catch (...) {
       }
     }

@@ -11,6 +11,9 @@
 namespace leap::store {
 class Store;
 }
+namespace leap::dist {
+class ProcessGroup;
+}
 
 namespace leap::rl {
 
@@ -18,12 +21,17 @@ class Grader;
 
 /// Where a training run reads and writes.
 struct TrainContext {
-  store::Store* store = nullptr;   ///< the SQLite store (required)
+  store::Store* store = nullptr;   ///< the SQLite store (required; with a group, on rank 0 only)
   Grader* grader = nullptr;        ///< the environment (required)
   std::string results_dir = "results";  ///< run folders: results/<run>/checkpoints, train.log
   std::string config_path;         ///< shown in messages
   std::optional<std::string> resume_run_id;  ///< continue this run from its last checkpoint
   bool progress = true;            ///< progress lines on the console
+  /// Data-parallel group (not owned), or null for one process. With a group every rank calls
+  /// train(): each rolls out its share of every step's groups, gradients are all-reduced, and
+  /// rank 0 alone writes the store (the other ranks' rows travel to it) and the checkpoints
+  /// (docs/distributed.md).
+  dist::ProcessGroup* group = nullptr;
 };
 
 /// What a finished run reports.
@@ -41,6 +49,8 @@ struct TrainSummary {
 
 /// Runs (or resumes) a training run. Throws leap::Error (config, model, tasks, store) with a
 /// message naming the file; the run row is marked `failed` (or `interrupted` on SIGINT) first.
+/// With ctx.group, a failed collective (a dead or hung rank, after dist.timeout_s) throws
+/// leap::Error on the surviving ranks. The summary is the same on every rank.
 TrainSummary train(const config::Experiment& exp, const TrainContext& ctx);
 
 }  // namespace leap::rl

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "dist/process_group.hpp"
 #include "util/error.hpp"
 
 namespace leap::rl {
@@ -122,16 +123,50 @@ void zero_grads(const std::vector<at::Tensor>& params) {
     if (p.grad().defined()) p.mutable_grad().zero_();
 }
 
+/// Sums the gradients of `params` over the ranks (one flat fp32 buffer; a parameter without a
+/// gradient on this rank counts as zeros and gets the reduced gradient).
+void all_reduce_gradients(dist::ProcessGroup& pg, const std::vector<at::Tensor>& params) {
+  torch::NoGradGuard ng;
+  if (params.empty()) return;
+  std::vector<at::Tensor> flat;
+  flat.reserve(params.size());
+  for (const auto& p : params)
+    flat.push_back((p.grad().defined() ? p.grad() : torch::zeros_like(p)).reshape({-1}).to(torch::kFloat32));
+  at::Tensor buffer = torch::cat(flat);
+  pg.all_reduce_sum(buffer);
+  int64_t offset = 0;
+  for (const auto& p : params) {
+    at::Tensor g = buffer.narrow(0, offset, p.numel()).view(p.sizes()).to(p.dtype());
+    offset += p.numel();
+    if (p.grad().defined()) p.mutable_grad().copy_(g);
+    else p.mutable_grad() = g.clone();
+  }
+}
+
 /// Clips to max_norm (0: off) and steps, or skips on a non-finite loss or norm. Returns the norm.
-double finish_step(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params, double loss_sum,
-                   double max_norm, UpdateStats* stats, const std::string& what) {
-  const double norm = grad_norm(params);
-  if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
+/// With a group, `loss_sum` is this rank's share: the gradients and the loss are summed over the
+/// ranks first and the decisions use the reduced values; `*loss_sum` becomes the global loss.
+double finish_step(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& params, double* loss_sum,
+                   double max_norm, UpdateStats* stats, const std::string& what, dist::ProcessGroup* pg) {
+  double norm = 0;
+  if (pg) {
+    all_reduce_gradients(*pg, params);
+    const double local_norm = grad_norm(params);
+    // Every rank holds the same reduced gradients; averaging the norms (and summing the
+    // non-finite flags) makes the clip scale and the skip decision identical by construction.
+    const auto r = pg->all_reduce_sum({*loss_sum, std::isfinite(local_norm) ? local_norm : 0.0,
+                                       std::isfinite(local_norm) ? 0.0 : 1.0});
+    *loss_sum = r[0];
+    norm = r[2] > 0 ? std::nan("") : r[1] / static_cast<double>(pg->world_size());
+  } else {
+    norm = grad_norm(params);
+  }
+  if (!std::isfinite(*loss_sum) || !std::isfinite(norm)) {
     zero_grads(params);
     if (stats) {
       stats->skipped_steps += 1;
-      stats->events.push_back(what + ": non-finite " + (std::isfinite(loss_sum) ? "gradient" : "loss") +
-                              " (loss " + std::to_string(loss_sum) + ", grad norm " + std::to_string(norm) +
+      stats->events.push_back(what + ": non-finite " + (std::isfinite(*loss_sum) ? "gradient" : "loss") +
+                              " (loss " + std::to_string(*loss_sum) + ", grad norm " + std::to_string(norm) +
                               "); step skipped, weights unchanged");
     }
     return norm;
@@ -170,27 +205,39 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
                        const std::vector<at::Tensor>& params, std::vector<TrainSample>& samples,
                        const UpdateOptions& o) {
   UpdateStats st;
-  if (samples.empty()) return st;
+  dist::ProcessGroup* pg = o.group;
+  if (samples.empty() && !pg) return st;
   for (const auto& s : samples)
     if (s.old_logp.size() != s.completion_ids.size())
       throw Error("ppo_update: old log-probs missing (call compute_old_logprobs first)");
-  const bool with_ref = o.loss.kl_beta > 0 && !samples.front().ref_logp.empty();
+  const bool with_ref = o.loss.kl_beta > 0 && !samples.empty() && !samples.front().ref_logp.empty();
   double tokens_seen = 0, clip_low = 0, clip_high = 0, entropy = 0, kl = 0, loss_total = 0, norm_total = 0;
   std::mt19937_64 rng(o.seed);
   std::vector<size_t> order(samples.size());
   std::iota(order.begin(), order.end(), 0);
   const size_t mb = static_cast<size_t>(std::max<int64_t>(1, o.mini_batch_size));
   const size_t step_size = mb * static_cast<size_t>(std::max<int64_t>(1, o.grad_accum));
+  // Optimizer steps per epoch: the same on every rank (the one with the most samples decides).
+  size_t n_steps = (samples.size() + step_size - 1) / step_size;
+  if (pg) n_steps = static_cast<size_t>(pg->all_reduce_max({static_cast<double>(n_steps)})[0]);
   for (int64_t epoch = 0; epoch < std::max<int64_t>(1, o.ppo_epochs); ++epoch) {
     std::shuffle(order.begin(), order.end(), rng);
-    for (const auto& step_idx : chunks(order, step_size)) {
-      // Aggregation weights over the whole optimizer step, so accumulation is exact.
+    auto steps = chunks(order, step_size);
+    steps.resize(n_steps);  // a rank out of samples runs empty steps (zero gradient)
+    for (const auto& step_idx : steps) {
+      // Aggregation weights over the whole optimizer step (all ranks), so accumulation is exact.
       std::vector<int64_t> ntok, seg;
       for (size_t i : step_idx) {
         ntok.push_back(static_cast<int64_t>(samples[i].completion_ids.size()));
         seg.push_back(samples[i].segment_id);
       }
-      const auto w = aggregation_weights(o.aggregation, ntok, seg, o.max_len);
+      AggregationTotals totals = aggregation_totals(o.aggregation, ntok, seg, o.max_len);
+      if (pg) {
+        const auto t = pg->all_reduce_sum({static_cast<double>(totals.tokens), static_cast<double>(totals.samples),
+                                           static_cast<double>(totals.segments)});
+        totals = {std::llround(t[0]), std::llround(t[1]), std::llround(t[2])};
+      }
+      const auto w = aggregation_weights(o.aggregation, ntok, seg, o.max_len, totals);
       double step_loss = 0;
       for (size_t start = 0; start < step_idx.size(); start += mb) {
         std::vector<size_t> idx(step_idx.begin() + static_cast<long>(start),
@@ -225,12 +272,16 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
         kl += terms.kl_mean * n_tok;
         entropy += (lp.entropy.detach() * b.completion_mask).sum().item<double>();
       }
-      const double norm = finish_step(optimizer, params, step_loss, o.max_grad_norm, &st,
-                                      "update step " + std::to_string(st.optimizer_steps + 1));
+      const double norm = finish_step(optimizer, params, &step_loss, o.max_grad_norm, &st,
+                                      "update step " + std::to_string(st.optimizer_steps + 1), pg);
       st.optimizer_steps += 1;
       if (std::isfinite(step_loss)) loss_total += step_loss;
       if (std::isfinite(norm)) norm_total += norm;
     }
+  }
+  if (pg) {
+    const auto r = pg->all_reduce_sum({tokens_seen, clip_low, clip_high, entropy, kl});
+    tokens_seen = r[0], clip_low = r[1], clip_high = r[2], entropy = r[3], kl = r[4];
   }
   const double good = static_cast<double>(std::max<int64_t>(1, st.optimizer_steps - st.skipped_steps));
   st.loss = loss_total / good;
@@ -246,9 +297,12 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
 
 double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                 const std::vector<TrainSample>& samples, const UpdateOptions& o) {
-  if (samples.empty()) return std::nan("");
+  dist::ProcessGroup* pg = o.group;
+  if (samples.empty() && !pg) return std::nan("");
   double total_tokens = 0;
   for (const auto& s : samples) total_tokens += static_cast<double>(s.completion_ids.size());
+  if (pg) total_tokens = pg->all_reduce_sum({total_tokens})[0];
+  if (total_tokens <= 0) return std::nan("");
   std::vector<size_t> order(samples.size());
   std::iota(order.begin(), order.end(), 0);
   double loss_sum = 0;
@@ -261,7 +315,7 @@ double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, 
     if (std::isfinite(l)) loss.backward();
   }
   UpdateStats st;
-  finish_step(optimizer, params, loss_sum, o.max_grad_norm, &st, "sft step");
+  finish_step(optimizer, params, &loss_sum, o.max_grad_norm, &st, "sft step", pg);
   return st.skipped_steps ? std::nan("") : loss_sum;
 }
 

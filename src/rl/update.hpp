@@ -15,6 +15,9 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace leap::dist {
+class ProcessGroup;
+}
 
 namespace leap::rl {
 
@@ -44,6 +47,12 @@ struct UpdateOptions {
   bool autocast_bf16 = false;    ///< bf16 autocast of the forward (CUDA only), fp32 master weights
   uint64_t seed = 0;             ///< shuffles the samples of each epoch
   int64_t pad_id = 0;            ///< token used for padding (masked out)
+  /// Data-parallel group (not owned), or null for one process. With a group, every rank passes
+  /// its own samples (counts may differ, even 0); mini_batch_size and grad_accum are per rank,
+  /// so one optimizer step takes up to world_size * mini_batch_size * grad_accum samples. The
+  /// aggregation normalizers and the gradients are summed over the ranks before clipping, so the
+  /// step equals one process's step on the union of the ranks' samples; every rank must call.
+  dist::ProcessGroup* group = nullptr;
 };
 
 /// What an update did.
@@ -72,13 +81,20 @@ void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSamp
 /// set, accumulates the gradients of its mini-batches, clips the global norm and steps
 /// `optimizer`. A non-finite loss or gradient zeroes the gradients, skips the step and is
 /// recorded in `events`; the weights stay as they were. `params` are the trained tensors.
+/// With options.group: each epoch runs as many optimizer steps as the rank with the most
+/// samples needs (a rank out of samples contributes zero gradient), the loss normalizers and
+/// gradients are all-reduced (sum), clipping and the non-finite skip are decided on the reduced
+/// values (the same on every rank), and the returned statistics are global. Throws leap::Error
+/// when a collective fails (see dist::ProcessGroup).
 UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& optimizer,
                        const std::vector<at::Tensor>& params, std::vector<TrainSample>& samples,
                        const UpdateOptions& options);
 
 /// One supervised step: minimises the token-mean negative log-likelihood of the completions
 /// (the advantage is ignored), with the same clipping and non-finite skip. Returns the loss
-/// (nats per token) or NaN when the step was skipped.
+/// (nats per token) or NaN when the step was skipped. With options.group each rank passes its
+/// share of the batch (possibly none); the token count and gradients are summed over the ranks
+/// and the returned loss is the global one.
 double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                 const std::vector<TrainSample>& samples, const UpdateOptions& options);
 
