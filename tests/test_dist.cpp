@@ -20,10 +20,12 @@
 
 #include "dist/process_group.hpp"
 #include "model/tiny_model.hpp"
+#include "model/transformer.hpp"
 #include "store/database.hpp"
 #include "store/statement.hpp"
 #include "store/store.hpp"
 #include "support.hpp"
+#include "util/error.hpp"
 
 namespace fs = std::filesystem;
 using namespace leap;
