@@ -16,6 +16,8 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "dist/process_group.hpp"
@@ -258,4 +260,74 @@ TEST_CASE("dist: leap train on two ranks writes one run with every rollout exact
   // The ranks' seeds are recorded, and rank 0 wrote the checkpoint.
   CHECK(scalar(s, "SELECT COUNT(*) FROM events WHERE kind = 'dist' AND message LIKE '%rank 1 %seed%'") == 1);
   CHECK(scalar(s, "SELECT COUNT(*) FROM checkpoints") == 1);
+}
+
+TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and rollout exactly once") {
+  if (!dist::gloo_available()) {
+    MESSAGE("LEAP-SKIP: built without Gloo headers (libgloo-dev)");
+    return;
+  }
+  const fs::path& root = tiny_model();
+  test::TempDir dir;
+  const std::string db = (dir.path / "leap.db").string();
+  const fs::path results = dir.path / "results";
+  const std::string common = "train configs/quickstart.yaml --db " + db + " --results-dir " + results.string() +
+                             " --set dist.backend=gloo --set dist.timeout_s=120";
+  const std::string fresh = common + " --set model.path=" + (root / "tiny").string() +
+                            " --set train.steps=6 --set train.checkpoint_every=1 --set train.sft.enabled=false"
+                            " --set train.eval_every=0 --set rollout.tasks_per_step=3 --set rollout.group_size=2"
+                            " --set rollout.max_new_tokens=8 --set turns.max=1 --set logging.progress=false";
+  auto launch = [&](const std::string& args, const std::string& tag) {
+    const int port = free_port();
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<std::string> argv{test::leap_binary()};
+      std::istringstream in(args);
+      for (std::string a; in >> a;) argv.push_back(a);
+      pids.push_back(spawn(argv, rank_env(rank, port), (dir.path / (tag + std::to_string(rank) + ".log")).string()));
+    }
+    return pids;
+  };
+  auto first_checkpoint = [&]() -> std::optional<std::string> {
+    std::error_code ec;
+    if (!fs::exists(results, ec)) return std::nullopt;
+    for (const auto& run : fs::directory_iterator(results))
+      if (fs::exists(run.path() / "checkpoints" / "step-1")) return run.path().filename().string();
+    return std::nullopt;
+  };
+
+  // Interrupt rank 0 (SIGINT, as Ctrl-C) once step 1 is checkpointed; both ranks stop after the same step.
+  auto pids = launch(fresh, "a");
+  std::optional<std::string> run_id;
+  const auto t0 = Clock::now();
+  while (!(run_id = first_checkpoint()) && std::chrono::duration<double>(Clock::now() - t0).count() < 300)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE_MESSAGE(run_id.has_value(), test::read_file((dir.path / "a0.log").string()));
+  kill(pids[0], SIGINT);
+  for (int rank = 0; rank < 2; ++rank) {
+    const int rc = wait_for(pids[static_cast<size_t>(rank)], 300);
+    CHECK_MESSAGE(rc > 0, test::read_file((dir.path / ("a" + std::to_string(rank) + ".log")).string()));
+  }
+  int64_t done_before = 0;
+  {
+    store::Store s(db);
+    CHECK(scalar(s, "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'") == 1);
+    done_before = scalar(s, "SELECT COUNT(*) FROM steps");
+  }
+  REQUIRE_MESSAGE(done_before >= 1, "the run stopped before its first step");
+  REQUIRE_MESSAGE(done_before < 6, "the run finished before the interrupt arrived; nothing to resume");
+
+  pids = launch(common + " --resume " + *run_id, "b");
+  for (int rank = 0; rank < 2; ++rank)
+    REQUIRE_MESSAGE(wait_for(pids[static_cast<size_t>(rank)], 300) == 0,
+                    test::read_file((dir.path / ("b" + std::to_string(rank) + ".log")).string()));
+  store::Store s(db);
+  CHECK(scalar(s, "SELECT COUNT(*) FROM runs") == 1);
+  CHECK(scalar(s, "SELECT COUNT(*) FROM runs WHERE status = 'finished'") == 1);
+  CHECK(scalar(s, "SELECT COUNT(*) FROM steps") == 6);
+  CHECK(scalar(s, "SELECT COUNT(DISTINCT step) FROM steps") == 6);
+  CHECK(scalar(s, "SELECT COUNT(*) FROM groups") == 18);
+  CHECK(scalar(s, "SELECT COUNT(DISTINCT step || '/' || group_index) FROM groups") == 18);
+  CHECK(scalar(s, "SELECT COUNT(*) FROM rollouts") == 36);
+  CHECK(scalar(s, "SELECT COUNT(*) FROM events WHERE kind = 'resume'") == 1);
 }
