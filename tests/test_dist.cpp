@@ -260,6 +260,9 @@ TEST_CASE("dist: leap train on two ranks writes one run with every rollout exact
   // The ranks' seeds are recorded, and rank 0 wrote the checkpoint.
   CHECK(scalar(s, "SELECT COUNT(*) FROM events WHERE kind = 'dist' AND message LIKE '%rank 1 %seed%'") == 1);
   CHECK(scalar(s, "SELECT COUNT(*) FROM checkpoints") == 1);
+  // Where the run computed (issue 8 item 5): the policy device and the GPU, or why there is none.
+  CHECK(scalar(s, "SELECT COUNT(*) FROM events WHERE kind = 'device' AND message LIKE 'policy: cpu (1 threads)%' "
+                  "AND message LIKE '%env: cpu backend%' AND message LIKE '%gpu%'") == 1);
 }
 
 TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and rollout exactly once") {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.hpp"
+#include "cli/device_info.hpp"
 #include "cli/environment.hpp"
 #include "config/load.hpp"
 #include "dist/process_group.hpp"
@@ -82,6 +83,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     ctx.config_path = source;
     if (!o->resume.empty()) ctx.resume_run_id = o->resume;
     ctx.progress = exp.logging.progress && rdv.rank == 0;
+    if (rdv.rank == 0) ctx.device_info = describe_devices(exp, cuda, rdv.local_rank);
     const auto s = rl::train(exp, ctx);
     if (rdv.rank != 0) return 0;  // rank 0 prints the summary
     auto fig = [](double v) { return v == v ? fmt::format("{:.3f}", v) : std::string("n/a"); };

@@ -394,6 +394,9 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     r.run_id = r.db->create_run(info);
     r.run_dir = fs::path(ctx.results_dir) / r.run_id;
   }
+  if (r.rank0() && !ctx.device_info.empty())
+    r.db->add_event(r.run_id, start_step > 1 ? std::optional<int64_t>(start_step - 1) : std::nullopt, "device",
+                    ctx.device_info);
   if (r.pg) {
     // Every rank learns the run and resume point from rank 0 and reads rank 0's checkpoint
     // (the results folder must be shared, or copied, between machines), then the weights are

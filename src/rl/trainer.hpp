@@ -27,6 +27,7 @@ struct TrainContext {
   std::string config_path;         ///< shown in messages
   std::optional<std::string> resume_run_id;  ///< continue this run from its last checkpoint
   bool progress = true;            ///< progress lines on the console
+  std::string device_info;         ///< where the run computes (cli::describe_devices); stored as a "device" event
   /// Data-parallel group (not owned), or null for one process. With a group every rank calls
   /// train(): each rolls out its share of every step's groups, gradients are all-reduced, and
   /// rank 0 alone writes the store (the other ranks' rows travel to it) and the checkpoints
