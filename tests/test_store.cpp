@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "report/metrics.hpp"
+#include "report/store_input.hpp"
 #include "store/database.hpp"
 #include "store/migrations.hpp"
 #include "store/run_id.hpp"
@@ -184,7 +186,7 @@ TEST_CASE("store: migration from empty to v1 creates every table") {
   CHECK(fs::exists(path));
   Database& db = store.db();
   CHECK(db.user_version() == kSchemaVersion);
-  CHECK(kSchemaVersion == 1);
+  CHECK(kSchemaVersion == 2);
   CHECK(scalar_int(db, "PRAGMA application_id") == kApplicationId);
   CHECK(scalar_text(db, "PRAGMA journal_mode") == "wal");
   CHECK(scalar_int(db, "PRAGMA foreign_keys") == 1);
@@ -215,45 +217,70 @@ TEST_CASE("store: reopening is idempotent") {
   }
   for (int i = 0; i < 2; ++i) {
     Store store(tmp.file());
-    CHECK(store.db().user_version() == 1);
+    CHECK(store.db().user_version() == kSchemaVersion);
     CHECK(store.count_rows("runs") == 1);
     CHECK(store.count_rows("turns") == kGroups * kRollouts * kTurns);
     CHECK(store.last_completed_step(id) == 1);
     migrate(store.db(), migrations());  // already current: no-op
-    CHECK(store.db().user_version() == 1);
+    CHECK(store.db().user_version() == kSchemaVersion);
   }
 }
 
 TEST_CASE("store: migration steps apply in order, each in its own transaction") {
   TempDir tmp;
+  // Two more steps after this binary's own (v = kSchemaVersion): v + 1 works, v + 2 fails.
+  const int v = kSchemaVersion;
   std::vector<Migration> steps = migrations();
-  steps.push_back({2, "add runs.note", "ALTER TABLE runs ADD COLUMN note TEXT"});
+  steps.push_back({v + 1, "add runs.note", "ALTER TABLE runs ADD COLUMN note TEXT"});
   {
     Database db(tmp.file(), OpenOptions{.migrate = false});
     CHECK(db.user_version() == 0);
     migrate(db, steps);
-    CHECK(db.user_version() == 2);
+    CHECK(db.user_version() == v + 1);
     CHECK(scalar_int(db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'note'") ==
           1);
 
-    steps.push_back({3, "broken", "CREATE TABLE extra (a INTEGER); INSERT INTO nope VALUES (1)"});
+    steps.push_back({v + 2, "broken", "CREATE TABLE extra (a INTEGER); INSERT INTO nope VALUES (1)"});
     try {
       migrate(db, steps);
       FAIL("a failing migration must throw");
     } catch (const leap::StoreError& e) {
       const std::string msg = e.what();
       CHECK(msg.find(tmp.file().string()) != std::string::npos);
-      CHECK(msg.find("schema version 3") != std::string::npos);
+      CHECK(msg.find("schema version " + std::to_string(v + 2)) != std::string::npos);
     }
-    CHECK(db.user_version() == 2);  // the failed step left the previous version
+    CHECK(db.user_version() == v + 1);  // the failed step left the previous version
     CHECK(scalar_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'extra'") == 0);
     CHECK_FALSE(db.in_transaction());
 
     std::vector<Migration> gap = {migrations()[0], {3, "skips 2", "SELECT 1"}};
     CHECK_THROWS_AS(migrate(db, gap), leap::StoreError);
   }
-  // The file is now at version 2, newer than this binary's 1.
+  // The file is now at version v + 1, newer than this binary's v.
   CHECK_THROWS_AS(Store(tmp.file()), leap::StoreError);
+}
+
+TEST_CASE("store: a v1 database is upgraded to v2 (eval_results.suspicious) with its rows kept") {
+  TempDir tmp;
+  {
+    Database db(tmp.file(), OpenOptions{.migrate = false});
+    migrate(db, {migrations()[0]});
+    REQUIRE(db.user_version() == 1);
+    db.exec("PRAGMA foreign_keys = ON");
+    db.exec("INSERT INTO evaluations (bench, created_at) VALUES ('old', 1.0)");
+    db.exec("INSERT INTO tasks (task_set, name, hash) VALUES ('s', 't', 'h')");
+    db.exec("INSERT INTO eval_results (evaluation_id, task_id, sample, turn, verdict) VALUES (1, 1, 0, 1, 'correct')");
+    // `leap report` reads an unmigrated v1 store (it opens stores read-only): no suspicious column.
+    const auto in = leap::report::eval_input(db, 1);
+    REQUIRE(in.attempts.size() == 1);
+    CHECK(in.attempts[0].verdict == "correct");
+    CHECK_FALSE(in.attempts[0].suspicious);
+  }
+  Store store(tmp.file());
+  CHECK(store.db().user_version() == 2);
+  CHECK(store.count_rows("eval_results") == 1);
+  CHECK(scalar_int(store.db(), "SELECT suspicious FROM eval_results") == 0);
+  CHECK_THROWS_AS(store.db().exec("UPDATE eval_results SET suspicious = 2"), leap::StoreError);
 }
 
 TEST_CASE("store: a database with a newer schema version is refused and left untouched") {
@@ -596,12 +623,17 @@ TEST_CASE("store: evaluations, checkpoints, events and resume truncation") {
     r.verdict = s == 0 ? "correct" : "timeout";
     if (s == 0) r.speedup = 1.7, r.candidate_ms = 1.0, r.reference_ms = 1.7;
     r.file = "/eval/" + std::to_string(s) + ".cu";
+    r.suspicious = s == 0;
     rows.push_back(r);
   }
   store.add_eval_results(ev, rows);
   CHECK(store.count_rows("eval_results") == 2);
   CHECK(scalar_text(store.db(), "SELECT settings_json FROM evaluations") == R"({"samples":2})");
   CHECK(scalar_int(store.db(), "SELECT count(*) FROM eval_results WHERE speedup IS NULL") == 1);
+  CHECK(scalar_int(store.db(), "SELECT sample FROM eval_results WHERE suspicious = 1") == 0);
+  CHECK(scalar_int(store.db(), "SELECT count(*) FROM eval_results WHERE suspicious = 0") == 1);
+  // leap report counts the stored flag as a hack.
+  CHECK(leap::report::compute_metrics(leap::report::eval_input(store.db(), ev)).overall.hacks.at("suspicious_speedup") == 1);
   // A batch with a duplicate (task, sample, turn) is rejected as a whole.
   std::vector<EvalResultRecord> bad = rows;
   bad[0].sample = 5;

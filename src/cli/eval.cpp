@@ -115,6 +115,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
     r.candidate_ms = opt(results[i].candidate_ms);
     r.reference_ms = opt(results[i].reference_ms);
     r.file = jobs[i].file;
+    r.suspicious = results[i].suspicious;
     recs.push_back(r);
   }
   st.add_eval_results(eval_id, recs);

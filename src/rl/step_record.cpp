@@ -97,6 +97,7 @@ std::vector<store::EvalResultRecord> eval_result_records(const std::vector<Group
         rec.speedup = finite_or_empty(t.result.speedup);
         rec.candidate_ms = finite_or_empty(t.result.candidate_ms);
         rec.reference_ms = finite_or_empty(t.result.reference_ms);
+        rec.suspicious = t.result.suspicious;
         rows.push_back(std::move(rec));
       }
   }

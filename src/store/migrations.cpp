@@ -13,6 +13,8 @@ const std::vector<Migration>& migrations() {
       {1, "initial schema: runs, tasks, steps, groups, rollouts, turns, evaluations, "
           "eval_results, metrics, checkpoints, events",
        schema_v1_sql()},
+      {2, "eval_results.suspicious: the verifier's suspicious-speedup flag of each evaluated attempt",
+       "ALTER TABLE eval_results ADD COLUMN suspicious INTEGER NOT NULL DEFAULT 0 CHECK (suspicious IN (0, 1));"},
   };
   return steps;
 }

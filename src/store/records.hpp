@@ -154,6 +154,7 @@ struct EvalResultRecord {
   std::optional<double> candidate_ms;  ///< milliseconds
   std::optional<double> reference_ms;  ///< milliseconds
   std::optional<std::string> file;     ///< path of the saved solution, if kept
+  bool suspicious = false;  ///< speedup above timing.suspicious_speedup after re-measuring (a possible hack)
 };
 
 /// One point of a metric series.

@@ -274,14 +274,14 @@ void Store::add_eval_results(std::int64_t evaluation_id,
     TaskResolver tasks(db_);
     Statement st = db_.prepare(
         "INSERT INTO eval_results (evaluation_id, task_id, sample, turn, verdict, speedup, "
-        "candidate_ms, reference_ms, file) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+        "candidate_ms, reference_ms, file, suspicious) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
     for (const EvalResultRecord& r : results) {
       const std::int64_t task_id = tasks.resolve(r.task);
       st.reset();
       st.bind_int64(1, evaluation_id).bind_int64(2, task_id).bind_int64(3, r.sample);
       st.bind_int64(4, r.turn).bind_text(5, r.verdict).bind_opt_double(6, r.speedup);
       st.bind_opt_double(7, r.candidate_ms).bind_opt_double(8, r.reference_ms);
-      st.bind_opt_text(9, r.file);
+      st.bind_opt_text(9, r.file).bind_int64(10, r.suspicious ? 1 : 0);
       st.run();
     }
     tx.commit();
