@@ -164,8 +164,8 @@ TEST_CASE("report: ablation table, curves, SVG plots and HTML over two runs (DCP
   std::getline(lines, row1);
   std::getline(lines, row2);
   CHECK(header.rfind("arm,runs,dcp.enabled,steps,eval_acc@1,eval_acc@2,fast_1", 0) == 0);
-  CHECK(row1.rfind("20260101-000000-aaaa,1,true,2,0.800,0.900,0.250", 0) == 0);
-  CHECK(row2.rfind("20260101-000000-bbbb,1,false,2,0.500,0.500,0.250", 0) == 0);
+  CHECK(row1.rfind("dcp_on (20260101-000000-aaaa),1,true,2,0.800,0.900,0.250", 0) == 0);
+  CHECK(row2.rfind("dcp_off (20260101-000000-bbbb),1,false,2,0.500,0.500,0.250", 0) == 0);
 
   const fs::path out = tmp.path / "report";
   auto h = run_leap("--db " + db + " report --format html --out " + out.string());
@@ -204,7 +204,7 @@ TEST_CASE("report: runs that differ only in seed form one arm with mean and spre
   REQUIRE(r.rc == 0);
   CHECK(contains(r.out, "| dcp_on (2 seeds) | 2 | true |"));
   CHECK(contains(r.out, "0.800 ± 0.000"));  // both seeds end at eval acc@1 0.8
-  CHECK(contains(r.out, "| 20260101-000000-bbbb | 1 | false |"));
+  CHECK(contains(r.out, "| dcp_off (20260101-000000-bbbb) | 1 | false |"));
   CHECK(run_leap("--db " + db + " report --runs nosuchrun").rc == 2);
 }
 

@@ -48,7 +48,7 @@ std::vector<Arm> group_arms(const std::vector<RunSummary>& runs) {
     arms[i].runs.push_back(&r);
   }
   for (auto& a : arms)
-    a.label = a.runs.size() == 1 ? a.runs[0]->run.id
+    a.label = a.runs.size() == 1 ? a.runs[0]->run.name + " (" + a.runs[0]->run.id + ")"
                                  : a.runs[0]->run.name + " (" + std::to_string(a.runs.size()) + " seeds)";
   return arms;
 }

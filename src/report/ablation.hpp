@@ -12,7 +12,7 @@ namespace leap::report {
 /// Runs with the same config apart from ignored_key()s.
 struct Arm {
   std::vector<const RunSummary*> runs;
-  std::string label;  ///< the run id, or "<name> (n seeds)"
+  std::string label;  ///< "<name> (<run id>)" for one run, "<name> (n seeds)" for several
 };
 
 /// Groups `runs` into arms, in the order of each arm's first run.
