@@ -69,6 +69,9 @@ TEST_CASE("cli: train with a missing model folder or an unknown run names it and
   auto resume = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd");
   CHECK(resume.rc == 2);
   CHECK(contains(resume.err, "no run '20260101-000000-abcd'"));
+  auto with_set = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd --set train.steps=2");
+  CHECK(with_set.rc == 2);
+  CHECK(contains(with_set.err, "only dist.* keys"));
 }
 
 TEST_CASE("cli: leap version reports version, commit, LibTorch, CUDA and NVRTC") {

@@ -315,6 +315,8 @@ TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and
   {
     store::Store s(db);
     CHECK(scalar(s, "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'") == 1);
+    // The interrupt's checkpoint is not written a second time when step k was just checkpointed.
+    CHECK(scalar(s, "SELECT COUNT(*) - COUNT(DISTINCT step) FROM checkpoints") == 0);
     done_before = scalar(s, "SELECT COUNT(*) FROM steps");
   }
   REQUIRE_MESSAGE(done_before >= 1, "the run stopped before its first step");

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -216,6 +217,47 @@ TEST_CASE("rl trainer: a run resumed after a crash has the same steps and rows a
     return v;
   };
   CHECK(rewards(da) == rewards(dbb));
+}
+
+TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume without duplicating its rows") {
+  const fs::path& root = tiny_model();
+  auto exp = small_experiment(root);
+  exp.train.steps = 2;
+  exp.train.checkpoint_every = 0;
+  exp.rollout.group_size = 2;
+  exp.train.sft.enabled = true;
+  exp.train.sft.steps = 2;
+  exp.train.sft.batch_size = 1;
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  auto run = [&](int fail_at, std::optional<std::string> resume, const std::string& results) {
+    RuleGrader grader;
+    grader.chars = {' ', 'e'};
+    grader.fail_at = fail_at;
+    rl::TrainContext ctx;
+    ctx.store = &db;
+    ctx.grader = &grader;
+    ctx.results_dir = results;
+    ctx.progress = false;
+    ctx.resume_run_id = resume;
+    return rl::train(exp, ctx);
+  };
+  // An unusable results folder (a file) fails before any run row exists.
+  const std::string not_a_dir = (dir.path / "file").string();
+  { std::ofstream(not_a_dir) << "x"; }
+  CHECK_THROWS_WITH_AS(run(0, std::nullopt, not_a_dir), doctest::Contains("results folder"), Error);
+  CHECK(db.count_rows("runs") == 0);
+
+  const std::string results = (dir.path / "results").string();
+  CHECK_THROWS_AS(run(1, std::nullopt, results), Error);  // step 1's grading crashes: no checkpoint
+  const auto id = db.list_runs().at(0).id;
+  CHECK(scalar(db, "SELECT COUNT(*) FROM metrics WHERE name = 'sft/loss'") == 2);
+  const auto s = run(0, id, results);
+  CHECK(s.steps == 2);
+  CHECK(scalar(db, "SELECT COUNT(*) FROM metrics WHERE name = 'sft/loss'") == 2);
+  CHECK(scalar(db, "SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'sft/loss'") == 2);
+  CHECK(scalar(db, "SELECT COUNT(*) FROM events WHERE kind = 'sft' AND message LIKE '2 of 2 steps%'") == 1);
+  CHECK(scalar(db, "SELECT COUNT(*) FROM steps") == 2);
 }
 
 TEST_CASE("rl eval: leap eval --bench --model rolls out with the engine, stores every turn and prints metrics") {

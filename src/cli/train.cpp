@@ -43,6 +43,11 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     const dist::Rendezvous rdv = dist::rendezvous_from_env();
     std::unique_ptr<dist::ProcessGroup> group;
     if (!o->resume.empty()) {
+      // Only the process-group keys may be given with --resume; anything else would be ignored.
+      for (const auto& s : o->sets)
+        if (s.rfind("dist.", 0) != 0)
+          throw UsageError("--set " + s + ": a resumed run keeps its stored config; only dist.* keys may be "
+                           "set with --resume (start a new run to change anything else)");
       // A resumed run keeps its stored config; --set and the config file are not applied (the
       // file's dist: keys set up the process group, then rank 0 sends the stored config).
       std::string yaml;

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -169,6 +170,7 @@ struct Run {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   UpdateOptions update;
   std::string checkpoint;
+  int64_t checkpoint_step = -1;     ///< step of `checkpoint` written by this process (-1: none)
 
   Run(const config::Experiment& e, const TrainContext& c)
       : exp(e), ctx(c), db(c.store), pg(c.group), rank(c.group ? c.group->rank() : 0),
@@ -260,7 +262,9 @@ void run_sft(Run& r) {
   util::Progress progress("sft", sft.steps, r.ctx.progress);
   const auto t0 = Clock::now();
   double first = std::nan(""), last = std::nan("");
+  int64_t steps_run = 0;
   for (int64_t step = 1; step <= sft.steps && !g_interrupted; ++step) {
+    ++steps_run;
     std::vector<TrainSample> batch;
     for (int64_t b = 0; b < sft.batch_size; ++b) {
       if (pos >= order.size()) {
@@ -278,11 +282,12 @@ void run_sft(Run& r) {
     progress.tick();
   }
   progress.finish();
-  spdlog::info("sft: {} steps on {} solutions, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", sft.steps, pool.size(),
+  spdlog::info("sft: {} steps on {} solutions, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", steps_run, pool.size(),
                first, last, seconds_since(t0));
   if (r.rank0())
     r.db->add_event(r.run_id, 0, "sft",
-                 fmt::format("{} steps on {} solutions, loss {:.4f} -> {:.4f}", sft.steps, pool.size(), first, last));
+                 fmt::format("{} of {} steps on {} solutions, loss {:.4f} -> {:.4f}", steps_run, sft.steps, pool.size(),
+                             first, last));
 }
 
 void save(Run& r, int64_t step) {
@@ -294,6 +299,7 @@ void save(Run& r, int64_t step) {
   save_checkpoint(dir, r.exp.model.path, r.model, *r.optimizer, st);
   r.db->add_checkpoint(r.run_id, step, dir.string());
   r.checkpoint = dir.string();
+  r.checkpoint_step = step;
   spdlog::info("checkpoint {}", dir.string());
 }
 
@@ -361,6 +367,14 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
   r.update.pad_id = r.policy->stop_ids().front();
   r.update.group = r.pg;
 
+  // The results folder must be usable before a run row exists (else the row would stay 'running').
+  if (r.rank0()) {
+    std::error_code ec;
+    fs::create_directories(ctx.results_dir, ec);
+    if (ec || !fs::is_directory(ctx.results_dir))
+      throw Error("results folder '" + ctx.results_dir + "' cannot be created" + (ec ? ": " + ec.message() : std::string()));
+  }
+
   // Run row: new, or resumed from its last checkpoint.
   int64_t start_step = 1;
   if (!r.rank0()) {
@@ -376,8 +390,9 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       start_step = st.step + 1;
       r.checkpoint = ck->path;
     }
-    // Rows after the checkpoint are dropped, so no step is written twice.
-    r.db->truncate_run_after(r.run_id, start_step - 1);
+    // Rows after the checkpoint are dropped, so no step is written twice. Without a checkpoint
+    // the run restarts from the base model, SFT included: its rows (steps <= 0) go too.
+    r.db->truncate_run_after(r.run_id, ck ? start_step - 1 : std::numeric_limits<int64_t>::min());
     r.db->reopen_run(r.run_id);
     r.db->add_event(r.run_id, start_step - 1, "resume",
                    ck ? "resumed from " + ck->path : std::string("no checkpoint: restarted from the base model"));
@@ -636,11 +651,12 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     if (g_interrupted) {
       const int64_t last = step - 1;
       if (r.rank0()) {
-        if (last >= start_step) save(r, last);
+        if (last >= start_step && r.checkpoint_step != last) save(r, last);  // not twice for one step
         r.db->finish_run(r.run_id, store::RunStatus::interrupted);
       }
       throw Error("interrupted after step " + std::to_string(last) + "; continue with: leap train " +
-                  ctx.config_path + " --resume " + r.run_id);
+                  ctx.config_path + " --resume " + r.run_id + (r.db ? " --db " + r.db->path() : std::string()) +
+                  " --results-dir " + ctx.results_dir);
     }
     if (total >= start_step) {
       if (r.rank0()) save(r, total);
