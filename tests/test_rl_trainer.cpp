@@ -217,6 +217,13 @@ TEST_CASE("rl trainer: a run resumed after a crash has the same steps and rows a
     return v;
   };
   CHECK(rewards(da) == rewards(dbb));
+
+  // `leap eval --run` of an older checkpoint records that checkpoint's step, so `leap report`
+  // does not take it for the run's final evaluation.
+  auto ev = test::run_leap("eval --bench starter --run " + run_b + " --checkpoint 2 --limit 1 --turns 1 --samples 1 "
+                           "--set rollout.max_new_tokens=8 --db " + (b.path / "leap.db").string());
+  REQUIRE_MESSAGE(ev.rc == 0, ev.err);
+  CHECK(scalar(dbb, "SELECT step FROM evaluations WHERE run_id = '" + run_b + "' ORDER BY id DESC LIMIT 1") == 2);
 }
 
 TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume without duplicating its rows") {

@@ -61,6 +61,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   store::Store db(g.db);
   std::string model_dir = a.model;
   std::optional<std::string> run_id;
+  std::optional<int64_t> run_step;  // the evaluated checkpoint's step (evaluations.step)
   if (!a.run.empty()) {
     if (!db.get_run(a.run)) throw UsageError("leap eval --run: no run '" + a.run + "' in " + g.db);
     run_id = a.run;
@@ -70,10 +71,12 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
       st.bind_text(1, a.run).bind_int64(2, a.checkpoint);
       if (!st.step()) throw UsageError("leap eval --run " + a.run + ": no checkpoint at step " + std::to_string(a.checkpoint));
       model_dir = st.column_text(0);
+      run_step = a.checkpoint;
     } else {
       ck = db.latest_checkpoint(a.run);
       if (!ck) throw UsageError("leap eval --run " + a.run + ": the run has no checkpoint yet");
       model_dir = ck->path;
+      run_step = ck->step;
     }
   }
   if (!fs::exists(fs::path(model_dir) / "config.json"))
@@ -125,6 +128,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
 
   store::EvaluationInfo info;
   info.run_id = run_id;
+  info.step = run_step;
   info.bench = set.name;
   nlohmann::json settings = {{"model", model_dir}, {"turns", o.max_turns}, {"samples", k},
                              {"temperature", o.sampling.temperature}, {"max_new_tokens", o.sampling.max_new_tokens},
