@@ -1,5 +1,7 @@
 #include "support.hpp"
 
+#include "model/tiny_model.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +56,16 @@ RunResult run_leap(const std::string& args) {
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+const std::filesystem::path& tiny_model() {
+  static TempDir dir;
+  static bool made = false;
+  if (!made) {
+    model::init_tiny_model(dir.path / "tiny", std::string(LEAP_SOURCE_DIR) + "/tasks/starter", "tiny", 3);
+    made = true;
+  }
+  return dir.path;
 }
 
 }  // namespace leap::test

@@ -33,4 +33,8 @@ RunResult run_leap(const std::string& args);
 /// Reads a whole file (empty when missing).
 std::string read_file(const std::string& path);
 
+/// A folder holding `tiny/`: the tiny model (`leap model init --preset tiny`, seed 3, tokenizer
+/// trained on tasks/starter), made once per test process and removed at exit.
+const std::filesystem::path& tiny_model();
+
 }  // namespace leap::test

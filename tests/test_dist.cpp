@@ -21,7 +21,6 @@
 #include <thread>
 
 #include "dist/process_group.hpp"
-#include "model/tiny_model.hpp"
 #include "model/transformer.hpp"
 #include "store/database.hpp"
 #include "store/statement.hpp"
@@ -37,17 +36,7 @@ TEST_SUITE_BEGIN("dist");
 
 namespace {
 
-const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
-
-const fs::path& tiny_model() {
-  static test::TempDir dir;
-  static bool made = false;
-  if (!made) {
-    model::init_tiny_model(dir.path / "tiny", kStarter, "tiny", 3);
-    made = true;
-  }
-  return dir.path;
-}
+using test::tiny_model;
 
 /// A TCP port nobody listens on right now.
 int free_port() {
@@ -121,6 +110,25 @@ double max_abs_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, (a[i] - b[i]).abs().max().item<double>());
   return m;
+}
+
+/// Starts `leap ARGS` (whitespace-separated) as ranks 0 and 1 of a fresh rendezvous; rank r's
+/// output goes to `dir/<tag><r>.log` (see log_of).
+std::vector<pid_t> launch_ranks(const std::string& args, const fs::path& dir, const std::string& tag) {
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> argv{test::leap_binary()};
+    std::istringstream in(args);
+    for (std::string a; in >> a;) argv.push_back(a);
+    pids.push_back(spawn(argv, rank_env(rank, port), (dir / (tag + std::to_string(rank) + ".log")).string()));
+  }
+  return pids;
+}
+
+/// What rank `rank` of launch_ranks(.., dir, tag) printed.
+std::string log_of(const fs::path& dir, const std::string& tag, int rank) {
+  return test::read_file((dir / (tag + std::to_string(rank) + ".log")).string());
 }
 
 int64_t scalar(store::Store& db, const std::string& sql) {
@@ -235,18 +243,9 @@ TEST_CASE("dist: leap train on two ranks writes one run with every rollout exact
                            " --set rollout.tasks_per_step=3 --set rollout.group_size=2 --set rollout.max_new_tokens=8"
                            " --set turns.max=2 --set dcp.enabled=false --set dist.backend=gloo --set dist.timeout_s=120"
                            " --set logging.progress=false";
-  const int port = free_port();
-  std::vector<pid_t> pids;
-  std::vector<std::string> logs;
-  for (int rank = 0; rank < 2; ++rank) {
-    logs.push_back((dir.path / ("train" + std::to_string(rank) + ".log")).string());
-    std::vector<std::string> argv{test::leap_binary()};
-    std::istringstream in(args);
-    for (std::string a; in >> a;) argv.push_back(a);
-    pids.push_back(spawn(argv, rank_env(rank, port), logs.back()));
-  }
+  const auto pids = launch_ranks(args, dir.path, "train");
   for (int rank = 0; rank < 2; ++rank)
-    REQUIRE_MESSAGE(wait_for(pids[static_cast<size_t>(rank)], 300) == 0, test::read_file(logs[static_cast<size_t>(rank)]));
+    REQUIRE_MESSAGE(wait_for(pids[static_cast<size_t>(rank)], 300) == 0, log_of(dir.path, "train", rank));
   store::Store s(db);
   CHECK(scalar(s, "SELECT COUNT(*) FROM runs") == 1);
   CHECK(scalar(s, "SELECT COUNT(*) FROM runs WHERE status = 'finished'") == 1);
@@ -280,17 +279,6 @@ TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and
                             " --set train.steps=6 --set train.checkpoint_every=1 --set train.sft.enabled=false"
                             " --set train.eval_every=0 --set rollout.tasks_per_step=3 --set rollout.group_size=2"
                             " --set rollout.max_new_tokens=8 --set turns.max=1 --set logging.progress=false";
-  auto launch = [&](const std::string& args, const std::string& tag) {
-    const int port = free_port();
-    std::vector<pid_t> pids;
-    for (int rank = 0; rank < 2; ++rank) {
-      std::vector<std::string> argv{test::leap_binary()};
-      std::istringstream in(args);
-      for (std::string a; in >> a;) argv.push_back(a);
-      pids.push_back(spawn(argv, rank_env(rank, port), (dir.path / (tag + std::to_string(rank) + ".log")).string()));
-    }
-    return pids;
-  };
   auto first_checkpoint = [&]() -> std::optional<std::string> {
     std::error_code ec;
     if (!fs::exists(results, ec)) return std::nullopt;
@@ -300,16 +288,16 @@ TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and
   };
 
   // Interrupt rank 0 (SIGINT, as Ctrl-C) once step 1 is checkpointed; both ranks stop after the same step.
-  auto pids = launch(fresh, "a");
+  auto pids = launch_ranks(fresh, dir.path, "a");
   std::optional<std::string> run_id;
   const auto t0 = Clock::now();
   while (!(run_id = first_checkpoint()) && std::chrono::duration<double>(Clock::now() - t0).count() < 300)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  REQUIRE_MESSAGE(run_id.has_value(), test::read_file((dir.path / "a0.log").string()));
+  REQUIRE_MESSAGE(run_id.has_value(), log_of(dir.path, "a", 0));
   kill(pids[0], SIGINT);
   for (int rank = 0; rank < 2; ++rank) {
     const int rc = wait_for(pids[static_cast<size_t>(rank)], 300);
-    CHECK_MESSAGE(rc > 0, test::read_file((dir.path / ("a" + std::to_string(rank) + ".log")).string()));
+    CHECK_MESSAGE(rc > 0, log_of(dir.path, "a", rank));
   }
   int64_t done_before = 0;
   {
@@ -322,10 +310,10 @@ TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and
   REQUIRE_MESSAGE(done_before >= 1, "the run stopped before its first step");
   REQUIRE_MESSAGE(done_before < 6, "the run finished before the interrupt arrived; nothing to resume");
 
-  pids = launch(common + " --resume " + *run_id, "b");
+  pids = launch_ranks(common + " --resume " + *run_id, dir.path, "b");
   for (int rank = 0; rank < 2; ++rank)
     REQUIRE_MESSAGE(wait_for(pids[static_cast<size_t>(rank)], 300) == 0,
-                    test::read_file((dir.path / ("b" + std::to_string(rank) + ".log")).string()));
+                    log_of(dir.path, "b", rank));
   store::Store s(db);
   CHECK(scalar(s, "SELECT COUNT(*) FROM runs") == 1);
   CHECK(scalar(s, "SELECT COUNT(*) FROM runs WHERE status = 'finished'") == 1);

@@ -6,13 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "env/task_runtime.hpp"
 #include "model/chat_format.hpp"
-#include "model/tiny_model.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
 #include "rl/grader.hpp"
@@ -35,16 +35,7 @@ namespace {
 
 const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
 
-/// One tiny model for the tests of this file.
-const fs::path& tiny_model() {
-  static test::TempDir dir;
-  static bool made = false;
-  if (!made) {
-    model::init_tiny_model(dir.path / "tiny", kStarter, "tiny", 3);
-    made = true;
-  }
-  return dir.path;
-}
+using test::tiny_model;
 
 /// Correct iff the completion's first character is in `chars` (none: every answer wrong).
 /// Throws on call number `fail_at` (1-based; 0 = never), like a crash in the middle of a step.
@@ -64,6 +55,18 @@ struct RuleGrader : rl::Grader {
     return out;
   }
 };
+
+/// rl::train on `db` with `grader`, run folders under `results`, no progress lines.
+rl::TrainSummary train_run(const config::Experiment& exp, store::Store& db, rl::Grader& grader,
+                           const std::string& results, std::optional<std::string> resume = std::nullopt) {
+  rl::TrainContext ctx;
+  ctx.store = &db;
+  ctx.grader = &grader;
+  ctx.results_dir = results;
+  ctx.progress = false;
+  ctx.resume_run_id = std::move(resume);
+  return rl::train(exp, ctx);
+}
 
 config::Experiment small_experiment(const fs::path& model_dir) {
   config::Experiment exp;
@@ -142,12 +145,7 @@ TEST_CASE("rl trainer: GRPO raises the share of accepted answers (binary reward,
 
   test::TempDir out;
   store::Store db(out.path / "leap.db");
-  rl::TrainContext ctx;
-  ctx.store = &db;
-  ctx.grader = &grader;
-  ctx.results_dir = (out.path / "results").string();
-  ctx.progress = false;
-  const auto s = rl::train(exp, ctx);
+  const auto s = train_run(exp, db, grader, (out.path / "results").string());
   CHECK(s.steps == 8);
   REQUIRE_FALSE(s.checkpoint.empty());
   const double after = share_in(first_chars(s.checkpoint, exp), grader.chars);
@@ -170,13 +168,7 @@ TEST_CASE("rl trainer: a run resumed after a crash has the same steps and rows a
     grader.chars = {' ', 'e', 't', 'a', 'o', 'i', 'n', 's', '_', '('};
     grader.fail_at = fail_at;
     store::Store db(dir / "leap.db");
-    rl::TrainContext ctx;
-    ctx.store = &db;
-    ctx.grader = &grader;
-    ctx.results_dir = (dir / "results").string();
-    ctx.progress = false;
-    ctx.resume_run_id = resume;
-    return rl::train(exp, ctx);
+    return train_run(exp, db, grader, (dir / "results").string(), resume);
   };
   test::TempDir a, b;
   const auto full = run(a.path, 0, std::nullopt);
@@ -241,13 +233,7 @@ TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume 
     RuleGrader grader;
     grader.chars = {' ', 'e'};
     grader.fail_at = fail_at;
-    rl::TrainContext ctx;
-    ctx.store = &db;
-    ctx.grader = &grader;
-    ctx.results_dir = results;
-    ctx.progress = false;
-    ctx.resume_run_id = resume;
-    return rl::train(exp, ctx);
+    return train_run(exp, db, grader, results, resume);
   };
   // An unusable results folder (a file) fails before any run row exists.
   const std::string not_a_dir = (dir.path / "file").string();
@@ -300,12 +286,7 @@ TEST_CASE("rl report: leap report over two short real runs (DCP on and off) show
     RuleGrader grader;
     grader.chars = {' ', 'e', 't', 'a'};
     store::Store db(db_path);
-    rl::TrainContext ctx;
-    ctx.store = &db;
-    ctx.grader = &grader;
-    ctx.results_dir = (out.path / "results").string();
-    ctx.progress = false;
-    ids.push_back(rl::train(exp, ctx).run_id);
+    ids.push_back(train_run(exp, db, grader, (out.path / "results").string()).run_id);
   }
   auto r = test::run_leap("report --db " + db_path.string());
   REQUIRE(r.rc == 0);
