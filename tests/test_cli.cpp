@@ -1,6 +1,10 @@
 // The `leap` binary end to end: help, exit codes, config errors, version, not-built commands.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "support.hpp"
 
 using leap::test::run_leap;
@@ -38,6 +42,39 @@ TEST_CASE("cli: bad usage exits 2") {
   CHECK(run_leap("--log-level loud version").rc == 2);
 }
 
+TEST_CASE("cli: out-of-range or non-finite option values are usage errors (exit 2) naming the option") {
+  leap::test::TempDir tmp;
+  struct Case {
+    std::string args, says;
+  };
+  const std::vector<Case> cases = {
+      {"model generate " + tmp.path.string() + " --prompt x --temperature nan", "--temperature: 'nan' is not a finite number"},
+      {"model generate " + tmp.path.string() + " --prompt x --top-p 2", "--top-p: '2' is not a finite number in [1e-09, 1]"},
+      {"model generate " + tmp.path.string() + " --prompt x --max-new-tokens -5", "--max-new-tokens: Value -5 not in range"},
+      {"model generate " + tmp.path.string() + " --prompt x --top-k -1", "--top-k"},
+      {"eval --bench starter --model m --turns 0", "--turns: Value 0 not in range 1 to 64"},
+      {"eval --bench starter --model m --samples -1", "--samples: Value -1 not in range"},
+      {"model init --out " + (tmp.path / "m").string() + " --corpus " + (tmp.path / "none").string(),
+       "--corpus: Directory does not exist"},
+      {"tasks import kernelbench " + tmp.path.string() + " --timeout -1", "--timeout"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.args);
+    auto r = run_leap(c.args);
+    CAPTURE(r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, c.says));
+  }
+  CHECK_FALSE(std::filesystem::exists(tmp.path / "m"));  // nothing written by the refused init
+  const std::string db = tmp.write("leap.db", "");
+  auto runs = run_leap("report --db " + db + " --runs ,");
+  CHECK(runs.rc == 2);
+  CHECK(contains(runs.err, "--runs ',': no run id in it"));
+  auto dir_db = run_leap("report --db " + tmp.path.string() + " --runs x");
+  CHECK(dir_db.rc != 0);
+  CHECK(contains(dir_db.err, "is a folder; give the path of the database file"));
+}
+
 TEST_CASE("cli: a config with a typo'd key fails with file, key path and line:column, exit 2") {
   leap::test::TempDir tmp;
   std::string cfg = tmp.write("typo.yaml", "name: t\nrollout:\n  group_size: 8\n  temprature: 0.7\n");
@@ -64,8 +101,8 @@ TEST_CASE("cli: train with a missing model folder or an unknown run names it and
                                               "}\ntasks: {limit: 1}\n");
   const std::string db = (tmp.path / "leap.db").string();
   auto r = run_leap("train " + cfg + " --db " + db + " --results-dir " + (tmp.path / "results").string());
-  CHECK(r.rc != 0);
-  CHECK(contains(r.err, (tmp.path / "no-model").string()));
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, cfg + ": key 'model.path': no model folder '" + (tmp.path / "no-model").string() + "'"));
   auto resume = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd");
   CHECK(resume.rc == 2);
   CHECK(contains(resume.err, "no run '20260101-000000-abcd'"));

@@ -184,6 +184,23 @@ TEST_CASE("env: a kernel that caches its first result fails after the timing loo
   CHECK(contains(r.feedback, "after the timing loop"));
 }
 
+TEST_CASE("env: fewer warm-up + timed runs than input sets still runs every set (a correct answer stays correct)") {
+  // warm-up 1 + trials 1 < 3 timing sets: every set must still run once before the check after
+  // the timing loop (it used to find set 3 unwritten and call the shipped relu wrong).
+  leap::test::TempDir cache;
+  auto cfg = test_env(cache.path.string());
+  cfg.timing.warmup = 1;
+  cfg.timing.trials = 1;
+  auto env = leap::cli::make_environment(cfg, "cpu");
+  auto task = starter_task("relu");
+  std::string sol;
+  for (const auto& e : fs::directory_iterator(kStarter + "/relu/solutions"))
+    if (e.path().filename().string().rfind("cpu_", 0) == 0) sol = slurp(e.path());
+  const auto r = env->verifier->evaluate(*task, sol);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::correct);
+}
+
 TEST_CASE("env: a speedup above the suspicious threshold is re-measured and flagged") {
   auto task = starter_task("softmax_rows");
   auto opts = shared().env->verifier->options();

@@ -138,3 +138,32 @@ TEST_CASE("task format: fixed-value inputs are read from their file, the same on
                            "reference:\n  torchscript: |\n    def reference(w: Tensor) -> Tensor:\n        return w\n");
   CHECK_THROWS_WITH(leap::tasks::load_task((tmp.path / "t").string()), doctest::Contains("inputs.w.init.file: no such file"));
 }
+
+TEST_CASE("kernelbench import: a problem that hangs or calls exit() is skipped with its reason, the rest imports") {
+  leap::test::TempDir tmp;
+  const std::string model =
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+      "        super().__init__()\n\n    def forward(self, x):\n        return torch.relu(x)\n\n"
+      "def get_inputs():\n    return [torch.randn(16, 32)]\n\ndef get_init_inputs():\n    return []\n";
+  tmp.write("kb/1_Relu.py", model);
+  tmp.write("kb/2_Hangs.py", "while True:\n    pass\n" + model);
+  tmp.write("kb/3_Exits.py", "exit(3)\n" + model);
+  const fs::path out = tmp.path / "out";
+  auto r = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() +
+                    " --timeout 3");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "1 problems imported"));
+  const std::string skipped = leap::test::read_file((out / "skipped.yaml").string());
+  CAPTURE(skipped);
+  CHECK(contains(skipped, "2_Hangs.py"));
+  CHECK(contains(skipped, "took longer than --timeout 3 s"));
+  CHECK(contains(skipped, "3_Exits.py"));
+  CHECK(contains(skipped, "the file calls exit(3)"));
+  leap::tasks::TaskSet set = leap::tasks::load_task_set(out.string());
+  REQUIRE(set.tasks.size() == 1);
+  CHECK(set.tasks[0].name == "001_relu");
+  CHECK_FALSE(fs::exists(out / "002_hangs"));  // nothing half-written
+  CHECK_FALSE(fs::exists(out / "003_exits"));
+}

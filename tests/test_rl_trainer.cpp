@@ -17,6 +17,7 @@
 #include "model/transformer.hpp"
 #include "rl/grader.hpp"
 #include "rl/local_policy.hpp"
+#include "rl/mutants.hpp"
 #include "rl/prompts.hpp"
 #include "rl/trainer.hpp"
 #include "store/database.hpp"
@@ -251,6 +252,70 @@ TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume 
   CHECK(scalar(db, "SELECT COUNT(DISTINCT step) FROM metrics WHERE name = 'sft/loss'") == 2);
   CHECK(scalar(db, "SELECT COUNT(*) FROM events WHERE kind = 'sft' AND message LIKE '2 of 2 steps%'") == 1);
   CHECK(scalar(db, "SELECT COUNT(*) FROM steps") == 2);
+}
+
+/// Correct exactly for a task's shipped solution text, wrong_output for anything else; keeps the
+/// requests of its first call (the SFT twins' grading).
+struct ShippedGrader : rl::Grader {
+  std::set<std::string> shipped;
+  std::vector<std::string> first_call;
+  int calls = 0;
+  std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>& requests) override {
+    std::vector<env::EvalResult> out;
+    for (const auto& r : requests) {
+      if (calls == 0) first_call.push_back(r.answer);
+      const bool ok = shipped.count(r.answer) > 0;
+      out.push_back(env::EvalResult::make(ok ? env::Verdict::correct : env::Verdict::wrong_output, ok ? "" : "wrong"));
+      if (ok) out.back().speedup = 1.0;
+    }
+    ++calls;
+    return out;
+  }
+};
+
+TEST_CASE("rl trainer: train.sft.mutants adds one environment-judged wrong twin per shipped solution to SFT") {
+  const fs::path& root = tiny_model();
+  auto exp = small_experiment(root);
+  exp.train.steps = 1;
+  exp.rollout.group_size = 2;
+  exp.train.sft.enabled = true;
+  exp.train.sft.steps = 2;
+  exp.train.sft.batch_size = 2;
+  exp.train.sft.mutants = 1;
+  ShippedGrader grader;
+  size_t mutants_total = 0;
+  for (const char* name : {"relu", "gelu_tanh"}) {  // the first two train tasks (tasks.limit 2)
+    const auto spec = tasks::load_task(kStarter + "/" + name);
+    for (const auto& e : fs::directory_iterator(spec.dir + "/solutions"))
+      if (e.path().filename().string().rfind("cpu_", 0) == 0) {
+        const std::string text = test::read_file(e.path().string());
+        grader.shipped.insert(text);
+        mutants_total += std::min<size_t>(8, rl::solution_mutants(text).size());
+      }
+  }
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  train_run(exp, db, grader, (dir.path / "results").string());
+  // The first grading call is the twins': up to 8 mutants per solution, none of them shipped.
+  CHECK(grader.first_call.size() == mutants_total);
+  for (const auto& a : grader.first_call) CHECK(grader.shipped.count(a) == 0);
+  auto st = db.db().prepare("SELECT message FROM events WHERE kind = 'sft'");
+  REQUIRE(st.step());
+  const std::string msg = st.column_text(0);
+  CAPTURE(msg);
+  CHECK(msg.find("2 of 2 steps on 2 solutions + 2 wrong twins") == 0);
+  CHECK(msg.find("relu: line 6: '>' -> '<' (wrong_output)") != std::string::npos);  // relu's only mutant
+  CHECK(msg.find("gelu_tanh: line ") != std::string::npos);
+
+  // A grader that judges every mutant correct leaves SFT on the shipped solutions alone.
+  for (const auto& a : grader.first_call) grader.shipped.insert(a);
+  grader.calls = 0;
+  grader.first_call.clear();
+  store::Store db2(dir.path / "leap2.db");
+  train_run(exp, db2, grader, (dir.path / "results2").string());
+  auto st2 = db2.db().prepare("SELECT message FROM events WHERE kind = 'sft'");
+  REQUIRE(st2.step());
+  CHECK(std::string(st2.column_text(0)).find("2 of 2 steps on 2 solutions, loss") == 0);
 }
 
 TEST_CASE("rl eval: leap eval --bench --model rolls out with the engine, stores every turn and prints metrics") {

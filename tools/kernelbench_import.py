@@ -25,6 +25,8 @@ import inspect
 import math
 import os
 import re
+import shutil
+import signal
 import sys
 import traceback
 import types
@@ -368,61 +370,78 @@ def convert(level, pid, path, out_dir, seed, atol, rtol):
     task = f"l{level}_{pid:03d}_{snake(os.path.splitext(os.path.basename(path))[0].split('_', 1)[1])}" \
         if level is not None else f"{pid:03d}_{snake(os.path.splitext(os.path.basename(path))[0].split('_', 1)[1])}"
     tdir = os.path.join(out_dir, task)
-    os.makedirs(os.path.join(tdir, "weights"), exist_ok=True)
-    for f in os.listdir(os.path.join(tdir, "weights")):
-        os.remove(os.path.join(tdir, "weights", f))
-    lines_in = []
-    for j, i in enumerate(tensor_idx):
-        t = raw_inputs[i]
-        init = rec.init_of(t)
-        if j in strict and init is not None:
-            init = init[:-1] + ", strict: true}"
-        lines_in.append(f"  {names[i]}: {{dtype: {dtype_name(t, 'input ' + names[i])}, shape: {shape_of(t)}"
-                        + (f", init: {init}" if init else "") + "}")
-    for k in keys:
-        w = state[k].contiguous()
-        dt = dtype_name(w, f"parameter '{k}'")
-        fname = f"weights/{wnames[k]}.bin"
-        w.cpu().numpy().tofile(os.path.join(tdir, fname)) if w.dtype != torch.bfloat16 else \
-            w.cpu().view(torch.int16).numpy().tofile(os.path.join(tdir, fname))
-        lines_in.append(f"  {wnames[k]}: {{dtype: {dt}, shape: {shape_of(w)}, init: {{file: {fname}}}}}")
-    lines_out = [f"  {n}: {{dtype: {dtype_name(o, 'output ' + n)}, shape: {shape_of(o)}}}"
-                 for n, o in zip(out_names, ref_out)]
-    traced.save(os.path.join(tdir, "reference.pt"))
-    sha = hashlib.sha256(src.encode("utf-8")).hexdigest()
-    y = [f"name: {task}"]
-    if level is not None:
-        y.append(f"level: {level}")
-        y.append(f"category: {CATEGORY.get(level, 'other')}")
-    y.append("description: " + yaml_str(f"KernelBench problem {os.path.basename(path)}, imported by "
-                                        f"tools/kernelbench_import.py (seed {seed})"))
-    y.append("source:")
-    y.append("  benchmark: kernelbench")
-    if level is not None:
-        y.append(f"  level: {level}")
-    y.append(f"  problem_id: {pid}")
-    y.append("  file: " + yaml_str(os.path.relpath(path, os.path.dirname(os.path.dirname(path)))))
-    y.append(f"  sha256: {sha}")
-    y.append(f"  seed: {seed}")
-    y.append("prompt: |")
-    y += ["  " + line if line.strip() else "" for line in src.rstrip("\n").split("\n")]
-    y.append("sizes: {" + ", ".join(f"{k}: {v}" for k, v in used_symbols.items()) + "}")
-    y.append("inputs:")
-    y += lines_in
-    y.append("outputs:")
-    y += lines_out
-    if constants:
-        y.append("constants:")
-        for n, v, dt in constants:
-            y.append(f"  {n}: {{value: {yaml_float(v) if dt == 'float32' else v}, dtype: {dt}}}")
-    y.append("reference: {file: reference.pt}")
-    y.append(f"tolerance: {{atol: {yaml_float(atol)}, rtol: {yaml_float(rtol)}}}")
-    with open(os.path.join(tdir, "task.yaml"), "w", encoding="utf-8") as f:
-        f.write("\n".join(y) + "\n")
+    existed = os.path.isdir(tdir)
+    try:
+        os.makedirs(os.path.join(tdir, "weights"), exist_ok=True)
+        for f in os.listdir(os.path.join(tdir, "weights")):
+            os.remove(os.path.join(tdir, "weights", f))
+        lines_in = []
+        for j, i in enumerate(tensor_idx):
+            t = raw_inputs[i]
+            init = rec.init_of(t)
+            if j in strict and init is not None:
+                init = init[:-1] + ", strict: true}"
+            lines_in.append(f"  {names[i]}: {{dtype: {dtype_name(t, 'input ' + names[i])}, shape: {shape_of(t)}"
+                            + (f", init: {init}" if init else "") + "}")
+        for k in keys:
+            w = state[k].contiguous()
+            dt = dtype_name(w, f"parameter '{k}'")
+            fname = f"weights/{wnames[k]}.bin"
+            w.cpu().numpy().tofile(os.path.join(tdir, fname)) if w.dtype != torch.bfloat16 else \
+                w.cpu().view(torch.int16).numpy().tofile(os.path.join(tdir, fname))
+            lines_in.append(f"  {wnames[k]}: {{dtype: {dt}, shape: {shape_of(w)}, init: {{file: {fname}}}}}")
+        lines_out = [f"  {n}: {{dtype: {dtype_name(o, 'output ' + n)}, shape: {shape_of(o)}}}"
+                     for n, o in zip(out_names, ref_out)]
+        traced.save(os.path.join(tdir, "reference.pt"))
+        sha = hashlib.sha256(src.encode("utf-8")).hexdigest()
+        y = [f"name: {task}"]
+        if level is not None:
+            y.append(f"level: {level}")
+            y.append(f"category: {CATEGORY.get(level, 'other')}")
+        y.append("description: " + yaml_str(f"KernelBench problem {os.path.basename(path)}, imported by "
+                                            f"tools/kernelbench_import.py (seed {seed})"))
+        y.append("source:")
+        y.append("  benchmark: kernelbench")
+        if level is not None:
+            y.append(f"  level: {level}")
+        y.append(f"  problem_id: {pid}")
+        y.append("  file: " + yaml_str(os.path.relpath(path, os.path.dirname(os.path.dirname(path)))))
+        y.append(f"  sha256: {sha}")
+        y.append(f"  seed: {seed}")
+        y.append("prompt: |")
+        y += ["  " + line if line.strip() else "" for line in src.rstrip("\n").split("\n")]
+        y.append("sizes: {" + ", ".join(f"{k}: {v}" for k, v in used_symbols.items()) + "}")
+        y.append("inputs:")
+        y += lines_in
+        y.append("outputs:")
+        y += lines_out
+        if constants:
+            y.append("constants:")
+            for n, v, dt in constants:
+                y.append(f"  {n}: {{value: {yaml_float(v) if dt == 'float32' else v}, dtype: {dt}}}")
+        y.append("reference: {file: reference.pt}")
+        y.append(f"tolerance: {{atol: {yaml_float(atol)}, rtol: {yaml_float(rtol)}}}")
+        with open(os.path.join(tdir, "task.yaml"), "w", encoding="utf-8") as f:
+            f.write("\n".join(y) + "\n")
+    except BaseException:
+        # nothing half-written: a task folder this call created goes again
+        if not existed:
+            shutil.rmtree(tdir, ignore_errors=True)
+        raise
     return task
 
 
+class ProblemTimeout(BaseException):
+    """Raised by SIGALRM when one problem runs past --timeout (a BaseException, so the problem's
+    own `except Exception` cannot swallow it)."""
+
+
+def _on_alarm(signum, frame):
+    raise ProblemTimeout()
+
+
 def main():
+    signal.signal(signal.SIGALRM, _on_alarm)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("kb_dir")
     ap.add_argument("--out", required=True)
@@ -430,6 +449,8 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds one problem may take (running its Model included); 0 = no limit")
     a = ap.parse_args()
     if not os.path.isdir(a.kb_dir):
         sys.stderr.write(f"kernelbench_import: {a.kb_dir} is not a folder\n")
@@ -452,9 +473,22 @@ def main():
     for level, pid, path in problems:
         rel = os.path.relpath(path, a.kb_dir)
         try:
-            task = convert(level, pid, path, a.out, a.seed, a.atol, a.rtol)
+            if a.timeout > 0:
+                signal.setitimer(signal.ITIMER_REAL, a.timeout)
+            try:
+                task = convert(level, pid, path, a.out, a.seed, a.atol, a.rtol)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             done.append(task)
             print(f"ok    {rel} -> {task}", flush=True)
+        except ProblemTimeout:
+            msg = f"took longer than --timeout {a.timeout:g} s"
+            skipped.append((rel, level, pid, msg))
+            print(f"skip  {rel}: {msg}", flush=True)
+        except SystemExit as e:  # the problem file called exit() / sys.exit()
+            msg = f"the file calls exit({e.code!r})"
+            skipped.append((rel, level, pid, msg))
+            print(f"skip  {rel}: {msg}", flush=True)
         except Skip as e:
             skipped.append((rel, level, pid, str(e)))
             print(f"skip  {rel}: {e}", flush=True)

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "cli/environment.hpp"
 #include "cli/eval_model.hpp"
 #include "config/load.hpp"
@@ -195,11 +196,12 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--solutions", o->solutions, "score saved answers laid out as <dir>/<task>/<name>.md");
   cmd->add_option("--model", o->model, "Hugging Face checkpoint folder to sample from");
   cmd->add_option("--run", o->run, "evaluate run RUN_ID's checkpoint");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint step of --run (default: the last)");
-  cmd->add_option("--turns", o->turns, "turns per rollout (default: eval.turns)");
-  cmd->add_option("--samples", o->samples, "samples per task, k of pass@k (default: eval.samples)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint step of --run (default: the last)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--turns", o->turns, "turns per rollout (default: eval.turns)")->check(CLI::Range(int64_t{1}, int64_t{64}));
+  cmd->add_option("--samples", o->samples, "samples per task, k of pass@k (default: eval.samples)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   cmd->add_option("--levels", o->levels, "comma-separated levels to keep, e.g. 1,2");
-  cmd->add_option("--limit", o->limit, "at most this many tasks");
+  cmd->add_option("--limit", o->limit, "at most this many tasks")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--format", o->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   return [o, &g]() -> int {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "model/chat_format.hpp"
 #include "model/generate.hpp"
 #include "model/hf_config.hpp"
@@ -109,10 +110,16 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   generate_cmd->add_option("path", o->path, "Hugging Face checkpoint folder")->required();
   generate_cmd->add_option("--prompt", o->prompt, "prompt text")->required();
   generate_cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat format");
-  generate_cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate at most")->capture_default_str();
-  generate_cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  generate_cmd->add_option("--top-p", o->top_p, "nucleus sampling mass (1 = off)")->capture_default_str();
-  generate_cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
+  generate_cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate at most")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  generate_cmd->add_option("--temperature", o->temperature, "0 = greedy")->check(finite_in(0.0, 100.0))->capture_default_str();
+  generate_cmd->add_option("--top-p", o->top_p, "nucleus sampling mass (1 = off)")
+      ->check(finite_in(1e-9, 1.0))
+      ->capture_default_str();
+  generate_cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens (0 = off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   generate_cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   generate_cmd->add_option("--device", o->device, "auto | cpu | cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
@@ -124,6 +131,7 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   init->add_option("--preset", o->preset, "model size preset")->check(CLI::IsMember({"tiny"}))->capture_default_str();
   init->add_option("--out", o->out, "output folder")->required();
   init->add_option("--corpus", o->corpus, "folder whose task.yaml and solutions/*.md train the tokenizer")
+      ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   init->add_option("--seed", o->seed, "weight seed")->capture_default_str();
   return [cmd, o]() -> int {
@@ -140,6 +148,8 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     // generate
     using namespace leap::model;
     const bool cuda = o->device == "cuda" || (o->device == "auto" && torch::cuda::is_available());
+    if (o->device == "cuda" && !torch::cuda::is_available())
+      throw UsageError("model generate --device cuda: no CUDA device is available (use --device cpu or auto)");
     const torch::Device dev = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     const auto dtype = o->dtype == "bf16" || (o->dtype == "auto" && cuda) ? torch::kBFloat16 : torch::kFloat32;
     const auto tok = Tokenizer::from_file(o->path);

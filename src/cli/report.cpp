@@ -120,6 +120,8 @@ void write_file(const fs::path& p, const std::string& text) {
 
 int run_report(const std::string& db, const std::string& runs_arg, const std::string& format, std::string out_dir,
                double target, const std::string& results_dir) {
+  if (!runs_arg.empty() && split_ids(runs_arg).empty())
+    throw UsageError("leap report --runs '" + runs_arg + "': no run id in it");
   if (!fs::exists(db)) throw UsageError("leap report: no store at " + db + " (give --db PATH)");
   store::OpenOptions oo;
   oo.read_only = true;  // works while a run is writing (WAL): we see its last committed step

@@ -1,5 +1,6 @@
 // `leap tasks`: list, show, validate and import task sets.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -215,7 +216,7 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
 }
 
 /// `leap tasks import kernelbench`: runs tools/kernelbench_import.py, then loads the result.
-int tasks_import(const std::string& kb_dir, const std::string& out, const std::string& levels) {
+int tasks_import(const std::string& kb_dir, const std::string& out, const std::string& levels, double timeout_s) {
   if (!fs::is_directory(kb_dir)) throw UsageError("leap tasks import: " + kb_dir + " is not a folder");
   for (size_t i = 0, j; i <= levels.size(); i = j + 1) {
     j = levels.find(',', i);
@@ -224,7 +225,8 @@ int tasks_import(const std::string& kb_dir, const std::string& out, const std::s
     if (l.empty() || l.find_first_not_of("0123456789") != std::string::npos)
       throw UsageError("leap tasks import: --levels " + levels + ": expected comma-separated level numbers, e.g. 1,2");
   }
-  const int rc = run_python_tool("kernelbench_import.py", {kb_dir, "--out", out, "--levels", levels});
+  const int rc = run_python_tool("kernelbench_import.py",
+                                 {kb_dir, "--out", out, "--levels", levels, "--timeout", fmt::format("{:g}", timeout_s)});
   if (rc == 2) throw UsageError("leap tasks import: the import tool rejected its arguments (see above)");
   if (rc != 0) throw Error("leap tasks import: tools/kernelbench_import.py failed with exit status " + std::to_string(rc));
   tasks::TaskSet set = tasks::load_task_set(out);  // the written task.yaml files must load
@@ -240,6 +242,7 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   cmd->require_subcommand(1);
   struct Opts {
     std::string dir = "tasks/starter", task, kb_dir, out = "tasks/kernelbench", levels = "1,2,3", source, config;
+    double timeout_s = 300;
     std::vector<std::string> sets;
     bool time = false;
   };
@@ -259,11 +262,14 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   import->add_option("kb_dir", o->kb_dir, "KernelBench checkout root or a folder of problem files")->required();
   import->add_option("--out", o->out, "output task-set folder")->capture_default_str();
   import->add_option("--levels", o->levels, "comma-separated levels")->capture_default_str();
+  import->add_option("--timeout", o->timeout_s, "seconds one problem may take (its Model run included); 0 = no limit")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   return [o, list, show, validate, import]() -> int {
     if (list->parsed()) return tasks_list(o->dir);
     if (show->parsed()) return tasks_show(o->task, o->dir);
     if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time);
-    return tasks_import(o->kb_dir, o->out, o->levels);
+    return tasks_import(o->kb_dir, o->out, o->levels, o->timeout_s);
   };
 }
 

@@ -92,12 +92,15 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     const auto s = rl::train(exp, ctx);
     if (rdv.rank != 0) return 0;  // rank 0 prints the summary
     auto fig = [](double v) { return v == v ? fmt::format("{:.3f}", v) : std::string("n/a"); };
+    auto steps_label = [&](int64_t from) {  // "steps 1-2" (a window), "step 7" (one step)
+      return s.window > 1 ? fmt::format("steps {}-{}", from, from + s.window - 1) : fmt::format("step {}", from);
+    };
     std::cout << "\nrun " << s.run_id << " finished: " << s.steps << " steps in " << fmt::format("{:.0f}", s.seconds)
               << " s\n"
-              << "  mean reward        step " << s.first_step << ": " << fig(s.reward_first) << "   step " << s.steps
-              << ": " << fig(s.reward_last) << "\n"
-              << "  train acc@1        step " << s.first_step << ": " << fig(s.train_acc1_first) << "   step "
-              << s.steps << ": " << fig(s.train_acc1_last) << "\n"
+              << "  mean reward        " << steps_label(s.first_step) << ": " << fig(s.reward_first) << "   "
+              << steps_label(s.steps - s.window + 1) << ": " << fig(s.reward_last) << "\n"
+              << "  train acc@1        " << steps_label(s.first_step) << ": " << fig(s.train_acc1_first) << "   "
+              << steps_label(s.steps - s.window + 1) << ": " << fig(s.train_acc1_last) << "\n"
               << "  eval acc@1         start: " << fig(s.acc1_start) << "   end: " << fig(s.acc1_end) << "\n"
               << "  eval acc@" << exp.eval.turns << "         start: " << fig(s.accT_start) << "   end: " << fig(s.accT_end)
               << "\n"

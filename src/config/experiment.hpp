@@ -142,6 +142,9 @@ struct SftConfig {
   int64_t steps = 0;
   double lr = 1.0e-4;
   int64_t batch_size = 4;
+  /// Per shipped solution, up to this many one-edit copies (rl/mutants.hpp) that the environment
+  /// judges wrong are trained too, so a small model starts right about half the time; 0 = off.
+  int64_t mutants = 0;
 };
 
 /// `train:` the outer loop.

@@ -201,6 +201,9 @@ std::vector<Field> build() {
                 "supervised learning rate", 0, kInf, true));
   s.push_back(F("train.sft.batch_size", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::batch_size),
                 "solutions per supervised step", 1, kInf));
+  s.push_back(F("train.sft.mutants", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::mutants),
+                "per shipped solution, also train on up to N one-edit copies the environment judges wrong (0 = off)",
+                0, 16));
   // eval
   s.push_back(F("eval.turns", FT::Int, member(&E_::eval, &EvalConfig::turns), "turns per evaluation rollout", 1, 64));
   s.push_back(F("eval.samples", FT::Int, member(&E_::eval, &EvalConfig::samples), "samples per task (k of pass@k)", 1, 1024));

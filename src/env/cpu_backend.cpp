@@ -321,7 +321,9 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
 
   using Clock = std::chrono::steady_clock;
   const int warmup = std::max(0, request.warmup);
-  const int total = warmup + std::max(1, request.trials);
+  // Every input set runs at least once, even when warm-up + trials < sets: the verifier checks
+  // each set's outputs after the timing loop.
+  const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(n_rot));
   const auto job_start = Clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
   for (int t = 0; t < total; ++t) {

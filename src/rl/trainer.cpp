@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <array>
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -26,6 +28,7 @@
 #include "rl/evaluate.hpp"
 #include "rl/grader.hpp"
 #include "rl/local_policy.hpp"
+#include "rl/mutants.hpp"
 #include "rl/prompts.hpp"
 #include "rl/scoring.hpp"
 #include "rl/step_record.hpp"
@@ -231,6 +234,63 @@ EvalSummary run_eval(Run& r, int64_t step) {
   return s;
 }
 
+/// train.sft.mutants: for every shipped solution in `pool` (one per train task solution, in
+/// order), grades up to 8 of its one-edit mutants (rl/mutants.hpp, tried in a seeded order) with
+/// the environment and appends up to `mutants` of those judged wrong (wrong_output first, then
+/// compile, launch or runtime errors; never `timeout`) to `pool`. Returns "task: edit (verdict); ..."
+/// for the log and the sft event.
+std::string add_wrong_twins(Run& r, std::vector<TrainSample>& pool) {
+  constexpr size_t kTried = 8;
+  std::mt19937_64 rng(util::mix_seed(r.exp.train.seed, 0x3A7));
+  struct Candidate {
+    const env::RuntimeTask* task;
+    std::vector<int64_t> prompt_ids;
+    Mutant mutant;
+  };
+  std::vector<std::vector<Candidate>> per_solution;
+  std::vector<GradeRequest> requests;
+  for (const auto* t : r.train.tasks) {
+    const auto prompt = r.policy->encode_prompt(first_turn_messages(t->spec(), r.exp.env.backend));
+    for (const auto& text : shipped_solutions(t->spec(), r.exp.env.backend)) {
+      auto all = solution_mutants(text);
+      std::shuffle(all.begin(), all.end(), rng);
+      if (all.size() > kTried) all.resize(kTried);
+      per_solution.emplace_back();
+      for (auto& m : all) {
+        requests.push_back({t, m.text});
+        per_solution.back().push_back({t, prompt, std::move(m)});
+      }
+    }
+  }
+  const auto results = r.ctx.grader->grade(requests);
+  std::string summary;
+  size_t k = 0, added = 0;
+  for (const auto& cands : per_solution) {
+    std::vector<size_t> chosen;
+    for (int pass = 0; pass < 2; ++pass)
+      for (size_t i = 0; i < cands.size() && static_cast<int64_t>(chosen.size()) < r.exp.train.sft.mutants; ++i) {
+        const auto v = results[k + i].verdict;
+        const bool wrong = pass == 0 ? v == env::Verdict::wrong_output
+                                     : v != env::Verdict::wrong_output && v != env::Verdict::correct &&
+                                           v != env::Verdict::timeout;
+        if (wrong) chosen.push_back(i);
+      }
+    for (size_t i : chosen) {
+      TrainSample s;
+      s.prompt_ids = cands[i].prompt_ids;
+      s.completion_ids = r.policy->encode_completion(cands[i].mutant.text);
+      pool.push_back(std::move(s));
+      summary += fmt::format("{}{}: {} ({})", summary.empty() ? "" : "; ", cands[i].task->spec().name,
+                             cands[i].mutant.edit, env::to_string(results[k + i].verdict));
+      ++added;
+    }
+    k += cands.size();
+  }
+  spdlog::info("sft: {} wrong twins from {} solutions ({} mutants graded){}{}", added, per_solution.size(),
+               requests.size(), summary.empty() ? "" : ": ", summary);
+  return summary;
+}
+
 /// Supervised warm start on the train split's shipped solutions (train.sft).
 void run_sft(Run& r) {
   const auto& sft = r.exp.train.sft;
@@ -249,6 +309,8 @@ void run_sft(Run& r) {
                  r.exp.tasks.dir);
     return;
   }
+  const size_t correct_solutions = pool.size();
+  const std::string twins = sft.mutants > 0 ? add_wrong_twins(r, pool) : std::string();
   torch::optim::AdamW opt(r.params, torch::optim::AdamWOptions(sft.lr)
                                         .betas({r.exp.optim.beta1, r.exp.optim.beta2})
                                         .eps(r.exp.optim.eps)
@@ -282,12 +344,14 @@ void run_sft(Run& r) {
     progress.tick();
   }
   progress.finish();
-  spdlog::info("sft: {} steps on {} solutions, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", steps_run, pool.size(),
-               first, last, seconds_since(t0));
+  const std::string what = fmt::format("{} solutions{}", correct_solutions,
+                                       twins.empty() ? std::string() : fmt::format(" + {} wrong twins", pool.size() - correct_solutions));
+  spdlog::info("sft: {} steps on {}, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", steps_run, what, first, last,
+               seconds_since(t0));
   if (r.rank0())
     r.db->add_event(r.run_id, 0, "sft",
-                 fmt::format("{} of {} steps on {} solutions, loss {:.4f} -> {:.4f}", steps_run, sft.steps, pool.size(),
-                             first, last));
+                    fmt::format("{} of {} steps on {}, loss {:.4f} -> {:.4f}{}", steps_run, sft.steps, what, first, last,
+                                twins.empty() ? std::string() : "; wrong twins: " + twins));
 }
 
 void save(Run& r, int64_t step) {
@@ -329,6 +393,9 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
   r.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.pg ? r.pg->local_rank() : 0))
                   : torch::Device(torch::kCPU);
   if (!cuda && exp.model.cpu_threads > 0) at::set_num_threads(static_cast<int>(exp.model.cpu_threads));
+  if (!fs::is_directory(exp.model.path))
+    throw ConfigError(ctx.config_path + ": key 'model.path': no model folder '" + exp.model.path +
+                      "' (create the tiny one with: leap model init --preset tiny --out " + exp.model.path + ")");
   r.tok = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(exp.model.path));
   // Master weights stay fp32; on CUDA the forward runs under bf16 autocast.
   r.model = model::load_transformer(exp.model.path, torch::kFloat32, r.device);
@@ -463,6 +530,17 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     }
     RolloutEngine engine(*r.policy, *ctx.grader, engine_options(exp));
     const int64_t total = exp.train.steps;
+    {
+      const auto n = static_cast<int64_t>(r.train.tasks.size()), per = std::max<int64_t>(1, exp.rollout.tasks_per_step);
+      summary.window = std::max<int64_t>(1, std::min<int64_t>((n + per - 1) / per, (total - start_step + 1) / 2));
+    }
+    std::deque<std::array<double, 3>> window_steps;  // per step: rollouts, reward sum, turn-1 correct
+    auto window_mean = [](const std::deque<std::array<double, 3>>& w) {
+      double n = 0, reward = 0, correct = 0;
+      for (const auto& s : w) n += s[0], reward += s[1], correct += s[2];
+      return std::array<double, 2>{n > 0 ? reward / n : 0.0, n > 0 ? correct / n : 0.0};
+    };
+    std::array<double, 2> first_window{0.0, 0.0};
     int64_t step = start_step;
     for (; step <= total; ++step) {
       // A signal may reach the ranks at different times: all stop after the same step.
@@ -630,12 +708,16 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       rec.ended_at = store::unix_now();
       if (r.rank0()) r.db->write_step(rec);
 
-      if (step == start_step) {
-        summary.reward_first = reward_mean;
-        summary.train_acc1_first = train_acc1;
-      }
-      summary.reward_last = reward_mean;
-      summary.train_acc1_last = train_acc1;
+      // Summary windows: the first and the last `window` steps, rollout-weighted.
+      window_steps.push_back({static_cast<double>(rollouts), reward_mean * static_cast<double>(rollouts),
+                              static_cast<double>(turn1_correct)});
+      if (step < start_step + summary.window) first_window = window_mean(window_steps);
+      if (static_cast<int64_t>(window_steps.size()) > summary.window) window_steps.pop_front();
+      const auto last_window = window_mean(window_steps);
+      summary.reward_first = first_window[0];
+      summary.train_acc1_first = first_window[1];
+      summary.reward_last = last_window[0];
+      summary.train_acc1_last = last_window[1];
       summary.steps = step;
       if (ctx.progress)
         spdlog::info("step {}/{}: reward {:.3f}, acc@1 {:.2f}, acc@T {:.2f}, activated {:.0f}%, loss {:.4f}, "

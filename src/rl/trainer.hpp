@@ -40,10 +40,15 @@ struct TrainSummary {
   std::string run_id;
   int64_t first_step = 1;           ///< first step run by this call (> 1 after a resume)
   int64_t steps = 0;                ///< last completed step
-  double reward_first = 0, reward_last = 0;   ///< mean rollout reward of the first / last step run
+  /// Steps per summary window: enough steps for the train split to come round once
+  /// (ceil(train tasks / rollout.tasks_per_step)), at most half the steps run, at least 1.
+  int64_t window = 1;
+  double reward_first = 0, reward_last = 0;   ///< mean rollout reward over the first / last `window` steps run
   double acc1_start = 0, acc1_end = 0;        ///< eval Acc@1 before RL (after SFT) and at the end (NaN if no eval split)
   double accT_start = 0, accT_end = 0;
-  double train_acc1_first = 0, train_acc1_last = 0;  ///< turn-1 correctness of the first / last step
+  /// Turn-1 correctness of the rollouts of the first / last `window` steps run (each window sees
+  /// every train task once when tasks are drawn without repeats).
+  double train_acc1_first = 0, train_acc1_last = 0;
   double seconds = 0;
   std::string checkpoint;           ///< last checkpoint folder
 };

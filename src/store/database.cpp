@@ -24,6 +24,9 @@ Database::Database(const std::filesystem::path& path, const OpenOptions& options
   const bool in_memory = path_ == ":memory:";
   if (options.read_only && !in_memory && !std::filesystem::exists(path))
     throw StoreError("store " + path_ + ": no such file");
+  if (!in_memory && std::filesystem::is_directory(path))
+    throw StoreError("store " + path_ + ": is a folder; give the path of the database file (e.g. " +
+                     (path / "leap.db").string() + ")");
   if (!options.read_only && !in_memory && path.has_parent_path()) {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);

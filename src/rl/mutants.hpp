@@ -1,0 +1,27 @@
+#pragma once
+// One-edit variants ("mutants") of a shipped solution, for the SFT warm start's wrong twins
+// (`train.sft.mutants`): trained beside the correct solution, they give a small model a mix of
+// right and wrong answers whose difference is one decision RL can learn from the verdicts.
+#include <string>
+#include <vector>
+
+namespace leap::rl {
+
+/// One mutant: the whole solution text with one edit in its code block.
+struct Mutant {
+  std::string text;  ///< the solution (prose, code block, launch plan) with the edit applied
+  std::string edit;  ///< what changed, e.g. "line 9: '>' -> '<'" (line within the code block, 1-based)
+};
+
+/// Every one-edit mutant of the first ```cpp or ```cuda block of `solution` (markdown answer
+/// format of DESIGN.md section 3), in source order. An edit is one of: a binary arithmetic or
+/// compound-assignment operator written with spaces around it (`+`/`-`, `*`/`/`, `+=`/`-=`,
+/// `*=`/`/=`), a comparison (`<`/`>`, `<=`/`>=`), a math function (tanh/sinh, exp/expm1,
+/// sqrt/cbrt, log/log1p, max/min, fmax/fmin, and their `f` forms), or a non-zero float literal
+/// doubled. Loop headers (`for (...)`, `while (...)`), array subscripts, comments, preprocessor
+/// lines and `extern` declarations are never edited, so a mutant neither loops forever nor
+/// indexes out of bounds by construction. Returns an empty list when there is no code block.
+/// Mutants are candidates: whether one is wrong is for the environment to say.
+std::vector<Mutant> solution_mutants(const std::string& solution);
+
+}  // namespace leap::rl
