@@ -17,6 +17,8 @@ TEST_CASE("configs: quickstart and the qwen2.5-coder-1.5b config load and valida
   CHECK(q.model.path == "models/tiny");
   CHECK(q.env.backend == "cpu");
   CHECK(q.train.sft.enabled);
+  CHECK(q.train.sft.mutants == 1);
+  CHECK(q.tasks.eval_split == "train");
   CHECK(q.dcp.enabled);
   CHECK(q.reward.kind == "rank");
   CHECK(q.compaction.enabled);

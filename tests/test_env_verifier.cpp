@@ -360,6 +360,21 @@ reference:
   CHECK(r.rc == 1);
   CHECK(contains(r.out, "WEAK zeros_pass"));
   CHECK(contains(r.out, "WEAK ignores_input"));
+
+  // Two broken task.yaml files: both are reported (file:line and key), the loadable task is still
+  // checked, and the exit status is 2 (a malformed task file is a config error).
+  dir.write("set/bad_dtype/task.yaml", "name: bad_dtype\nsizes: {N: 4}\ninputs:\n  x: {dtype: float33, shape: [N]}\n"
+                                       "outputs:\n  y: {dtype: float32, shape: [N]}\n");
+  dir.write("set/bad_key/task.yaml", "name: bad_key\nsizez: {N: 4}\n");
+  auto b = leap::test::run_leap("tasks validate " + (dir.path / "set").string() + " --set env.cache_dir=" + c);
+  CAPTURE(b.out);
+  CHECK(b.rc == 2);
+  CHECK(contains(b.out, "bad_dtype/task.yaml:4"));
+  CHECK(contains(b.out, "float33"));
+  CHECK(contains(b.out, "bad_key/task.yaml:2"));
+  CHECK(contains(b.out, "sizez"));
+  CHECK(contains(b.out, "WEAK zeros_pass"));  // the loadable task is still validated
+  CHECK(contains(b.out, "3 tasks: 3 with problems"));
 }
 
 TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the store") {

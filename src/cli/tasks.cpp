@@ -127,7 +127,10 @@ std::string check_cuda_compiles(env::Backend& cuda, const env::RuntimeTask& rt, 
 
 int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing) {
   config::Experiment exp = exp_in;
-  tasks::TaskSet set = tasks::load_task_set(dir);  // loader errors throw (file:line: key: ...)
+  // Every broken task.yaml is reported (file:line: key: ...), then the loadable tasks are checked.
+  std::vector<std::string> load_errors;
+  tasks::TaskSet set = tasks::load_task_set_collecting(dir, load_errors);
+  for (const auto& e : load_errors) std::printf("FAIL %s\n", e.c_str());
   auto envp = make_environment(exp.env, "cpu");
   env::VerifierOptions vo = verifier_options(exp.env);
   vo.timing = timing;
@@ -209,9 +212,12 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
     std::printf("%-4s %s\n", bad ? "FAIL" : "ok", spec.name.c_str());
     for (const auto& n : notes) std::printf("     %s\n", n.c_str());
   }
+  problems += static_cast<int>(load_errors.size());
   std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct; %d cuda solutions compile (not run: "
-              "`leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped\n",
-              set.tasks.size(), problems, weak_tasks, solutions_ok, cuda_compiled, cuda_skipped);
+              "`leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped%s\n",
+              set.tasks.size() + load_errors.size(), problems, weak_tasks, solutions_ok, cuda_compiled, cuda_skipped,
+              load_errors.empty() ? "" : fmt::format("; {} task.yaml files do not load (listed first)", load_errors.size()).c_str());
+  if (!load_errors.empty()) return 2;  // a malformed task file is a config error
   return problems ? 1 : 0;
 }
 

@@ -97,11 +97,15 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     };
     std::cout << "\nrun " << s.run_id << " finished: " << s.steps << " steps in " << fmt::format("{:.0f}", s.seconds)
               << " s\n"
-              << "  mean reward        " << steps_label(s.first_step) << ": " << fig(s.reward_first) << "   "
-              << steps_label(s.steps - s.window + 1) << ": " << fig(s.reward_last) << "\n"
+              << (exp.reward.kind == "rank"
+                      ? std::string("  mean reward        0 in every group by construction (rank reward: (wins - "
+                                    "losses) / (G - 1))\n")
+                      : "  mean reward        " + steps_label(s.first_step) + ": " + fig(s.reward_first) + "   " +
+                            steps_label(s.steps - s.window + 1) + ": " + fig(s.reward_last) + "\n")
               << "  train acc@1        " << steps_label(s.first_step) << ": " << fig(s.train_acc1_first) << "   "
               << steps_label(s.steps - s.window + 1) << ": " << fig(s.train_acc1_last) << "\n"
-              << "  eval acc@1         start: " << fig(s.acc1_start) << "   end: " << fig(s.acc1_end) << "\n"
+              << "  eval acc@1         start: " << fig(s.acc1_start) << "   end: " << fig(s.acc1_end) << "   ("
+              << exp.tasks.eval_split << " split, temperature " << exp.eval.temperature << ")\n"
               << "  eval acc@" << exp.eval.turns << "         start: " << fig(s.accT_start) << "   end: " << fig(s.accT_end)
               << "\n"
               << "  store              " << g.db << "\n"

@@ -404,7 +404,18 @@ std::vector<const TaskSpec*> TaskSet::split(const std::string& s) const {
   return out;
 }
 
-TaskSet load_task_set(const std::string& dir) {
+namespace {
+TaskSet load_set(const std::string& dir, std::vector<std::string>* errors);
+}  // namespace
+
+TaskSet load_task_set(const std::string& dir) { return load_set(dir, nullptr); }
+
+TaskSet load_task_set_collecting(const std::string& dir, std::vector<std::string>& errors) {
+  return load_set(dir, &errors);
+}
+
+namespace {
+TaskSet load_set(const std::string& dir, std::vector<std::string>* errors) {
   if (!fs::is_directory(dir)) throw Error("task set " + dir + ": no such folder");
   TaskSet set;
   set.dir = dir;
@@ -414,8 +425,19 @@ TaskSet load_task_set(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_directory() && fs::exists(e.path() / "task.yaml")) folders.push_back(e.path());
   std::sort(folders.begin(), folders.end());
+  std::set<std::string> broken;  // folder names left out (collecting mode)
   for (const auto& f : folders) {
-    set.tasks.push_back(load_task(f.string()));
+    if (errors) {
+      try {
+        set.tasks.push_back(load_task(f.string()));
+      } catch (const Error& e) {
+        errors->push_back(e.what());
+        broken.insert(f.filename().string());
+        continue;
+      }
+    } else {
+      set.tasks.push_back(load_task(f.string()));
+    }
     for (size_t i = 0; i + 1 < set.tasks.size(); ++i)
       if (set.tasks[i].name == set.tasks.back().name)
         throw ConfigError(set.tasks.back().file + ": name: task name '" + set.tasks.back().name +
@@ -442,6 +464,7 @@ TaskSet load_task_set(const std::string& dir) {
       auto& dest = std::string(split) == "train" ? set.train : set.eval;
       for (size_t i = 0; i < n.size(); ++i) {
         std::string name = c.str(n[i], std::string(split) + "[" + std::to_string(i) + "]");
+        if (!set.find(name) && broken.count(name)) continue;  // reported already
         if (!set.find(name)) c.fail(n[i], std::string(split) + "[" + std::to_string(i) + "]", "no task named '" + name + "' in " + dir);
         dest.push_back(name);
       }
@@ -454,5 +477,6 @@ TaskSet load_task_set(const std::string& dir) {
   }
   return set;
 }
+}  // namespace
 
 }  // namespace leap::tasks

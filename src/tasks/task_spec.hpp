@@ -115,4 +115,10 @@ TaskSpec load_task(const std::string& path);
 /// leap::ConfigError for a malformed task or set.yaml, leap::Error if `dir` has no tasks.
 TaskSet load_task_set(const std::string& dir);
 
+/// Like load_task_set, but a task folder whose task.yaml does not load is left out and its error
+/// message (file:line: key: ...) appended to `errors`, so every broken task is reported in one
+/// pass (`leap tasks validate`); set.yaml entries naming a left-out task are not an error.
+/// Still throws for a missing folder, a bad set.yaml, or a set with no loadable task.
+TaskSet load_task_set_collecting(const std::string& dir, std::vector<std::string>& errors);
+
 }  // namespace leap::tasks
