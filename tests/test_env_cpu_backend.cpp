@@ -1,13 +1,16 @@
 // Tests of the cpu backend (real g++), the worker pool (real processes) and the subprocess helper.
 #include <doctest/doctest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <csignal>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "env/binding.hpp"
 #include "env/cpu_backend.hpp"
@@ -374,3 +377,69 @@ TEST_CASE("env: a launch naming an unknown kernel is a launch_error") {
 }
 
 TEST_SUITE_END();
+
+TEST_CASE("env: with cpu_time_limit a loaded machine does not turn a slow but correct job into a timeout") {
+  // The test process and the worker share one core (affinity is inherited by the fork) with two
+  // busy threads, so the worker gets about a third of it: a job that needs 0.5 s of CPU takes about
+  // 1.5 s of wall time. With a 1.2 s limit, wall-time counting calls it a timeout; CPU-time
+  // counting lets it finish, and still stops an infinite loop after 1.2 s of CPU time.
+  cpu_set_t one, saved;
+  REQUIRE(sched_getaffinity(0, sizeof saved, &saved) == 0);
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);  // this thread; threads and forks inherit it
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (int i = 0; i < 2; ++i)
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  TempDir dir;
+  auto backend = make_backend(dir);
+  const int64_t n = 32;
+  auto task = vadd_task(n);
+  const std::string slow_code = R"(#include <cstdint>
+#include <ctime>
+extern "C" void vadd(const float* a, const float* b, float* c, int64_t n, float scale, double shift) {
+  const std::clock_t start = std::clock();  // 0.5 s of this process's CPU time
+  while (std::clock() - start < CLOCKS_PER_SEC / 2) asm volatile("");
+  for (int64_t i = 0; i < n; ++i) c[i] = scale * (a[i] + b[i]) + static_cast<float>(shift);
+}
+)";
+  RunRequest one_run{0, 1, 0.0, {}};
+  auto slow = prepare(*backend, task, slow_code, kVaddPlan);
+  fill_inputs(*slow.buffers, n);
+  PoolOptions wall = pool_opts(1, 1.2);
+  PoolOptions cpu = wall;
+  cpu.cpu_time_limit = true;
+  RunOutcome by_wall, by_cpu, hang_out;
+  double wall_secs = 0;
+  {
+    WorkerPool pool(backend, wall);
+    by_wall = pool.run(slow.compiled.artifact, slow.bound, *slow.buffers, one_run);
+  }
+  {
+    WorkerPool pool(backend, cpu);
+    auto start = std::chrono::steady_clock::now();
+    by_cpu = pool.run(slow.compiled.artifact, slow.bound, *slow.buffers, one_run);
+    wall_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto hang = prepare(*backend, task,
+                        "#include <cstdint>\nextern \"C\" void vadd(float*, float*, float*, int64_t, float, double) {\n"
+                        "  for (;;) { asm volatile(\"\"); } }\n",
+                        kVaddPlan);
+    hang_out = pool.run(hang.compiled.artifact, hang.bound, *hang.buffers, one_run);
+  }
+  stop = true;
+  for (auto& t : busy) t.join();
+  sched_setaffinity(0, sizeof saved, &saved);
+  CAPTURE(by_wall.message);
+  CAPTURE(by_cpu.message);
+  CHECK(by_wall.verdict == Verdict::timeout);
+  CHECK(by_cpu.ok());
+  CHECK(wall_secs > 1.2);  // it did take longer than the limit in wall time
+  check_vadd_outputs(*slow.buffers, n);
+  CHECK(hang_out.verdict == Verdict::timeout);
+  CHECK(hang_out.message.find("within 1.2 s of CPU time") != std::string::npos);
+}
+

@@ -108,6 +108,7 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
   env::PoolOptions po;
   po.workers = static_cast<int>(std::max<int64_t>(1, e.workers));
   po.run_timeout_s = e.run_timeout_s;
+  po.cpu_time_limit = backend == "cpu";  // cpu candidates: CPU time, so load cannot fake a timeout
   // cuda candidates are device code only (no host code runs in the worker), so a worker keeps
   // its CUDA context across jobs instead of paying cuInit per job; a fault that poisons the
   // context still ends the worker (Backend::worker_must_exit).

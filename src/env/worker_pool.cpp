@@ -15,8 +15,11 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -90,6 +93,23 @@ Recv wait_readable(int sock, bool timed, Clock::time_point deadline) {
     if (r == 0) continue;  // re-check the deadline
     return Recv::ok;       // readable, or hung up (recv will return 0)
   }
+}
+
+// CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
+double process_cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return 0.0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {  // field 3 is the state; 14 utime, 15 stime
+    if (i == 14) utime = std::stoull(f);
+    if (i == 15) stime = std::stoull(f);
+  }
+  static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return static_cast<double>(utime + stime) / ticks;
 }
 
 Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadline, int* fd_out) {
@@ -462,9 +482,30 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
 
   RunOutcome out;
   std::string reply;
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(options_.run_timeout_s));
-  Recv r = recv_frame(w->sock, reply, options_.run_timeout_s > 0, deadline);
+  Recv r = Recv::ok;
+  bool cpu_limited = false;  // the timeout, if any, was the CPU-time limit
+  if (options_.run_timeout_s > 0) {
+    // Wait in slices of at most 50 ms, checking the limit between them.
+    const auto start = Clock::now();
+    auto after = [&](double s) {
+      return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+    };
+    const double limit = options_.run_timeout_s;
+    const double wall_cap = options_.cpu_time_limit ? std::max(3 * limit, limit + 30) : limit;
+    const double cpu0 = options_.cpu_time_limit ? process_cpu_seconds(w->pid) : 0.0;
+    for (;;) {
+      r = wait_readable(w->sock, true, std::min(Clock::now() + std::chrono::milliseconds(50), after(wall_cap)));
+      if (r != Recv::timeout) break;
+      if (Clock::now() >= after(wall_cap)) break;
+      if (options_.cpu_time_limit && process_cpu_seconds(w->pid) - cpu0 >= limit) {
+        cpu_limited = true;
+        break;
+      }
+    }
+    if (r == Recv::ok) r = recv_frame(w->sock, reply, true, Clock::now() + std::chrono::seconds(30));
+  } else {
+    r = recv_frame(w->sock, reply, false, Clock::now());
+  }
   bool dead = false;
   if (r == Recv::ok) {
     try {
@@ -479,9 +520,17 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     kill(w->pid, SIGKILL);
     out.verdict = Verdict::timeout;
     out.failed_launch = running;
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%g", options_.run_timeout_s);
-    out.message = std::string("the launch sequence did not finish within ") + secs + " s" +
+    auto g = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", v);
+      return std::string(b);
+    };
+    const std::string secs =
+        !options_.cpu_time_limit ? g(options_.run_timeout_s) + " s"
+        : cpu_limited            ? g(options_.run_timeout_s) + " s of CPU time"
+                                 : g(std::max(3 * options_.run_timeout_s, options_.run_timeout_s + 30)) +
+                            " s of wall time (it was not computing: sleeping or blocked?)";
+    out.message = std::string("the launch sequence did not finish within ") + secs +
                   (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
                   " (an infinite loop or far too much work)";
     dead = true;

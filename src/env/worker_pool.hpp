@@ -28,10 +28,18 @@ namespace leap::env {
 /// Settings of a WorkerPool.
 struct PoolOptions {
   int workers = 2;               ///< processes kept ready
-  double run_timeout_s = 10;     ///< wall-clock limit of one job (all its trials), seconds
+  /// Limit of one job (all its trials), seconds: CPU time of the worker process (all its threads)
+  /// when `cpu_time_limit`, else wall-clock time.
+  double run_timeout_s = 10;
   /// Jobs a worker runs before it is replaced; 1 (default) gives every candidate a fresh
   /// process, so one candidate's global state or heap damage cannot affect the next.
   int max_jobs_per_worker = 1;
+  /// Count `run_timeout_s` in the worker's CPU time (user + system, from /proc/PID/stat), so a
+  /// loaded machine does not turn a slow but correct answer into a timeout; a job that sleeps or
+  /// blocks instead is still stopped at max(3 x run_timeout_s, run_timeout_s + 30 s) of wall time.
+  /// Right for the cpu backend, whose candidates compute on the worker's CPU; not for cuda, where
+  /// the host thread waits on the GPU.
+  bool cpu_time_limit = false;
 };
 
 /// A pool of worker processes for one backend. Thread-safe: concurrent run() calls use
