@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the cuda backend, in one command on a machine with an NVIDIA GPU and the image's own
 # PyTorch: builds leap against that PyTorch, runs the cuda tests (the GPU ones run for real there),
-# then `leap eval` of every starter cuda solution, and prints a summary. Sized for a 10-minute call.
+# then `leap eval` of every starter cuda solution, and prints a summary (with the device each
+# reference was timed on: cuda:N on a GPU). Sized for a 10-minute call.
 #
 #   scripts/gpu-check.sh --fetch-debs   # HERE (a Debian machine with apt): puts the -dev packages
 #                                       # the GPU image lacks into .gpu-debs/ (git-ignored)
@@ -93,23 +94,35 @@ if [ "${STATUS[build]}" != "FAILED" ]; then
   rc=$?
   tail -5 "$LOG/eval.err"
   STATUS[eval]="rc $rc ($(elapsed) s)"
-  "$PY" - "$LOG/eval.json" <<'PY'
+  rm -f "$LOG/refdev.txt"
+  "$PY" - "$LOG/eval.json" "$LOG/refdev.txt" <<'PY'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
     print("no eval output:", e); sys.exit(0)
+devices = {}
+print("%-22s %-32s %-14s %9s %10s %10s %s" % ("task", "file", "verdict", "speedup", "cand_ms", "ref_ms", "ref_device"))
 for r in d["results"]:
     sp = "-" if r["speedup"] is None else "%.2fx" % r["speedup"]
     cm = "-" if r["candidate_ms"] is None else "%.4f" % r["candidate_ms"]
-    print("%-22s %-32s %-14s %9s %10s" % (r["task"], r["file"].split("/")[-1], r["verdict"], sp, cm))
+    rm = "-" if r["reference_ms"] is None else "%.4f" % r["reference_ms"]
+    dev = r.get("reference_device") or "-"
+    if r["verdict"] == "correct":
+        devices[dev] = devices.get(dev, 0) + 1
+    print("%-22s %-32s %-14s %9s %10s %10s %s" % (r["task"], r["file"].split("/")[-1], r["verdict"], sp, cm, rm, dev))
     if r["verdict"] != "correct":
         print("    " + r["feedback"].replace("\n", "\n    ")[:1200])
 print("counts:", d["counts"])
+# On a GPU every correct result's reference must have been timed there too (not on the CPU).
+line = ", ".join("%s: %d" % kv for kv in sorted(devices.items())) or "none"
+print("reference timed on:", line, "(expected: every correct result on cuda:N)")
+open(sys.argv[2], "w").write(line + "\n")
 PY
+  STATUS[reference]="timed on $(cat "$LOG/refdev.txt" 2>/dev/null || echo '?')"
 fi
 
 stage "summary"
-for k in build tests eval; do printf '%-6s %s\n' "$k" "${STATUS[$k]:-not run}"; done
+for k in build tests eval reference; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
 echo "total $(elapsed) s"
 [ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]]

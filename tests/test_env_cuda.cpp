@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -102,6 +103,8 @@ const char* kVaddCode =
     "  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < n) c[i] = scale * (a[i] + b[i]) + (float)shift;\n"
     "}\n";
+// The TorchScript reference of vadd_task (scale 2, shift 0.25).
+const char* kVaddReference = "def reference(a: Tensor, b: Tensor) -> Tensor:\n    return 2.0 * (a + b) + 0.25\n";
 const char* kVaddPlan =
     "launches:\n  - kernel: vadd\n    grid: [ceil_div(N, 256)]\n    block: [256]\n    args: [a, b, c, N, scale, shift]\n";
 
@@ -329,6 +332,22 @@ TEST_CASE("env cuda: without a GPU the backend says so") {
   CHECK_THROWS_AS(leap::cli::make_environment(gpu_env(dir.path.string()), "cuda"), CudaUnavailableError);
   // A compile-only backend's worker reports a runtime error instead of crashing.
   auto backend = compile_only_backend(dir.path.string());
+  // Without a device the verifier times the reference on the CPU; a reference job sent to a
+  // worker anyway is a runtime error naming the device, not a crash.
+  CHECK(backend->reference_device().empty());
+  {
+    TaskInterface t = vadd_task(16);
+    LaunchPlan plan = parse_launch_plan(kVaddPlan, t, backend->plan_options());
+    BoundPlan bound = bind_plan(plan, t, backend->limits());
+    SharedBuffers buf(bound.tensors);
+    WorkerPool pool(backend, PoolOptions{1, 5.0, 1});
+    RunRequest req;
+    req.reference = ReferenceProgram{kVaddReference, "", "vadd.yaml", 2};
+    RunOutcome r = pool.run(Artifact{}, bound, buf, req);
+    CAPTURE(r.message);
+    CHECK(r.verdict == Verdict::runtime_error);
+    CHECK(contains(r.message, "the reference on cuda:0 failed"));
+  }
   TaskInterface t = vadd_task(16);
   LaunchPlan plan = parse_launch_plan(kVaddPlan, t, backend->plan_options());
   CompileOutcome c = backend->compile(kVaddCode, plan);
@@ -388,7 +407,7 @@ TEST_CASE("env cuda gpu: a kernel runs on the GPU and its outputs come back, wit
   bound = bind_plan(plan, t, f.backend->limits());
   buf = std::make_unique<SharedBuffers>(bound.tensors);
   fill_vadd(*buf, n);
-  RunOutcome r = f.run(t, kVaddCode, kVaddPlan, buf, bound, RunRequest{2, 5, 0, {}});
+  RunOutcome r = f.run(t, kVaddCode, kVaddPlan, buf, bound, RunRequest{2, 5, 0, {}, std::nullopt});
   CAPTURE(r.message);
   REQUIRE(r.ok());
   CHECK(r.times_ms.size() == 5);
@@ -496,6 +515,58 @@ TEST_CASE("env cuda gpu: the starter softmax solution is correct through the ver
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::correct);
   CHECK(r.candidate_ms > 0);
+  CHECK(r.details.at("reference_device") == "cuda:0");
+}
+
+TEST_CASE("env cuda gpu: a reference job runs the TorchScript on the GPU, timed with CUDA events") {
+  if (skip_without_gpu()) return;
+  GpuFixture f;
+  CHECK(f.backend->reference_device() == "cuda:0");
+  const int64_t n = 1 << 20;
+  TaskInterface t = vadd_task(n);
+  LaunchPlan plan = parse_launch_plan(kVaddPlan, t, f.backend->plan_options());
+  BoundPlan bound = bind_plan(plan, t, f.backend->limits());
+  SharedBuffers buf(bound.tensors);
+  fill_vadd(buf, n);
+  RunRequest req{2, 5, 0, {}, ReferenceProgram{kVaddReference, "", "vadd.yaml", 2}};
+  RunOutcome r = f.pool->run(Artifact{}, bound, buf, req);
+  CAPTURE(r.message);
+  REQUIRE(r.ok());
+  REQUIRE(r.times_ms.size() == 5);
+  for (double ms : r.times_ms) CHECK((std::isfinite(ms) && ms > 0 && ms < 100));
+  CHECK(std::isnan(buf.as<float>(2)[0]));  // a reference job writes nothing back
+
+  // A reference that fails on the device is a runtime error naming the device and the reason.
+  req.reference->torchscript = "def reference(a: Tensor, b: Tensor) -> Tensor:\n    return torch.mm(a, b)\n";
+  RunOutcome bad = f.pool->run(Artifact{}, bound, buf, req);
+  CAPTURE(bad.message);
+  CHECK(bad.verdict == Verdict::runtime_error);
+  CHECK(contains(bad.message, "the reference on cuda:0 failed"));
+  // ... and the worker still times the good one afterwards.
+  req.reference->torchscript = kVaddReference;
+  CHECK(f.pool->run(Artifact{}, bound, buf, req).ok());
+}
+
+TEST_CASE("env cuda gpu: the reference of a starter cuda solution is timed on the GPU") {
+  if (skip_without_gpu()) return;
+  leap::test::TempDir dir;
+  auto env = leap::cli::make_environment(gpu_env(dir.path.string()), "cuda");
+  // softmax (elementwise and reductions) and a square matmul (cuBLAS, with TF32 off).
+  for (const auto& [name, file] : {std::pair<std::string, std::string>{"softmax_rows", "cuda_block_per_row.md"},
+                                   {"matmul_square", "cuda_tiled.md"}}) {
+    CAPTURE(name);
+    RuntimeTask task(leap::tasks::load_task(kStarter + "/" + name), "cuda");
+    auto r = env->verifier->evaluate(task, slurp(kStarter + "/" + name + "/solutions/" + file));
+    CAPTURE(r.feedback);
+    REQUIRE(r.verdict == Verdict::correct);
+    CAPTURE(r.details.count("reference_gpu_error") ? r.details.at("reference_gpu_error") : std::string());
+    CHECK(r.details.at("reference_device") == "cuda:0");
+    CHECK(r.details.count("reference_gpu_error") == 0);
+    CHECK(std::isfinite(r.reference_ms));
+    CHECK(r.reference_ms > 0);
+    CHECK(std::stoi(r.details.at("trials_reference")) >= 1);
+    CHECK(std::isfinite(r.speedup));
+  }
 }
 
 TEST_SUITE_END();

@@ -103,6 +103,7 @@ TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
     CHECK(r.reference_ms > 0);
     CHECK(r.speedup > 0);
     CHECK(contains(r.feedback, "speedup"));
+    CHECK(r.details.at("reference_device") == "cpu");  // the cpu backend times the reference here
   }
   SUBCASE("a kernel that writes nothing: NaN pre-fill -> wrong_output") {
     auto r = eval(*task, answer("#include <cstdint>\nextern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {}\n",

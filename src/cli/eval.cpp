@@ -145,7 +145,10 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
       auto num = [](double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); };
       rows.push_back({{"task", jobs[i].task->name()}, {"file", jobs[i].file}, {"verdict", env::to_string(r.verdict)},
                       {"speedup", num(r.speedup)}, {"candidate_ms", num(r.candidate_ms)},
-                      {"reference_ms", num(r.reference_ms)}, {"suspicious", r.suspicious}, {"feedback", r.feedback}});
+                      {"reference_ms", num(r.reference_ms)},
+                      {"reference_device", r.details.count("reference_device") ? nlohmann::json(r.details.at("reference_device"))
+                                                                              : nlohmann::json(nullptr)},
+                      {"suspicious", r.suspicious}, {"feedback", r.feedback}});
     }
     nlohmann::json out = {{"evaluation_id", eval_id}, {"bench", set.name}, {"backend", backend}, {"results", rows},
                           {"counts", counts}, {"metrics", report::metrics_json(metrics)}};

@@ -3,6 +3,7 @@
 // launches inside a worker process. The cpu backend uses the host compiler; a cuda backend
 // (NVRTC + driver API) plugs in through the same interface.
 #include <atomic>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,15 @@ struct CompileOutcome {
   double seconds = 0;     ///< wall time spent (0 for a cache hit)
 };
 
+/// A task's TorchScript reference, as a worker needs it to run and time it on its device
+/// (RunRequest::reference): the source travels, and the worker compiles it (once per process).
+struct ReferenceProgram {
+  std::string torchscript;  ///< TorchScript source defining `reference`; empty: use `file`
+  std::string file;         ///< TorchScript module file (.pt) when `torchscript` is empty
+  std::string task_file;    ///< the task's file, for messages
+  int inputs = 0;           ///< tensors 0 .. inputs-1 (of each rotation) are its arguments, in order
+};
+
 /// How often to run the launch sequence in one worker job.
 struct RunRequest {
   int warmup = 0;  ///< untimed runs first
@@ -44,6 +54,10 @@ struct RunRequest {
   /// `rotations[r % rotations.size()][i]` wherever a launch names tensor i. Empty: identity.
   /// Lets the verifier cycle several input/output sets so a kernel cannot cache results.
   std::vector<std::vector<int>> rotations;
+  /// Set: this job runs and times the task's reference on the backend's device instead of the
+  /// artifact (Backend::time_reference; only for a backend whose reference_device() is not
+  /// empty). Same warm-up, trials, time box and rotations as a candidate job.
+  std::optional<ReferenceProgram> reference;
 };
 
 /// Result of running a launch sequence in a worker.
@@ -84,6 +98,22 @@ class Backend {
   /// Asked inside a worker after each job's reply is sent: true if the process must exit (its
   /// device state is unusable, e.g. a poisoned CUDA context); the pool then starts a fresh one.
   virtual bool worker_must_exit() const { return false; }
+  /// The device a worker of this backend runs and times the reference on ("cuda:0"), or empty
+  /// when the verifier times the reference itself on the CPU (the default).
+  virtual std::string reference_device() const { return ""; }
+  /// Runs inside a worker: runs `reference` on the device, `request.warmup + request.trials`
+  /// times over `request.rotations` (its inputs are tensors 0 .. reference.inputs-1 of each
+  /// rotation, read from `tensors`, laid out as `plan.tensors`), and returns one time per trial
+  /// in milliseconds, measured like a candidate's. Nothing is written back to `tensors`. A
+  /// failure is a runtime_error with the reason. The default says the backend cannot do it.
+  virtual RunOutcome time_reference(const ReferenceProgram& reference, const BoundPlan& plan,
+                                    const std::vector<void*>& tensors, const RunRequest& request) {
+    (void)reference, (void)plan, (void)tensors, (void)request;
+    RunOutcome out;
+    out.verdict = Verdict::runtime_error;
+    out.message = "internal: the " + name() + " backend does not run references in workers";
+    return out;
+  }
 };
 
 }  // namespace leap::env

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "env/cuda_driver.hpp"
+#include "env/cuda_reference.hpp"
 #include "util/error.hpp"
 
 namespace leap::env {
@@ -100,6 +101,34 @@ CompileOutcome CudaBackend::compile(const std::string& code, const LaunchPlan& p
   out.artifact.exports = r.exports;
   out.artifact.key = r.key;
   out.artifact.from_cache = r.from_cache;
+  return out;
+}
+
+std::string CudaBackend::reference_device() const {
+  return *device_ ? "cuda:" + std::to_string(options_.device) : std::string();
+}
+
+RunOutcome CudaBackend::time_reference(const ReferenceProgram& reference, const BoundPlan& plan,
+                                       const std::vector<void*>& tensors, const RunRequest& request) {
+  RunOutcome out;
+  if (poisoned_) {
+    out.verdict = Verdict::runtime_error;
+    out.message = "internal: this worker's CUDA context was poisoned by an earlier job";
+    return out;
+  }
+  out = time_reference_on_gpu(reference, plan, tensors, request, options_.device, options_.l2_flush_bytes);
+  if (!out.ok()) {
+    // A sticky error (a faulting reference kernel) leaves the context unusable: end this worker.
+    try {
+      const CudaDriverApi& d = cuda_driver();
+      CUresult r = d.cuCtxSynchronize();
+      if (cuda_error_is_sticky(r)) {
+        poisoned_ = true;
+        out.message += " (the CUDA context is lost; the worker process is replaced)";
+      }
+    } catch (const CudaUnavailableError&) {
+    }
+  }
   return out;
 }
 

@@ -10,7 +10,8 @@
 // sequence of each trial, with an L2 flush (a memset of a buffer >= 2x the L2 size) and a
 // persisting-L2 reset before every run. A fault that poisons the context (illegal address,
 // misaligned access, trap, ...) is a runtime_error naming the CUDA error; the worker then exits
-// and the pool replaces it.
+// and the pool replaces it. The task's reference is timed on the same GPU, in a worker too, the
+// same way (env/cuda_reference.hpp).
 //
 // Calling convention: a tensor argument is its device pointer; an int64 argument 8 bytes (a
 // 4-byte `int` parameter takes the low half when the value fits); float32 a float; float64 a
@@ -61,6 +62,14 @@ class CudaBackend : public Backend {
                      const RunRequest& request, std::atomic<int>* current_launch) override;
   /// True after a fault that poisoned this worker's CUDA context.
   bool worker_must_exit() const override { return poisoned_; }
+  /// "cuda:<device>" when there is a GPU (the reference is then run and timed on it inside a
+  /// worker, see env/cuda_reference.hpp); empty in compile-only use (the verifier times the
+  /// reference on the CPU).
+  std::string reference_device() const override;
+  /// Runs and times `reference` on the GPU in this worker (time_reference_on_gpu); a CUDA error
+  /// that poisons the context also ends the worker, as a candidate's fault does.
+  RunOutcome time_reference(const ReferenceProgram& reference, const BoundPlan& plan, const std::vector<void*>& tensors,
+                            const RunRequest& request) override;
 
   /// The GPU found at construction, or nullopt (compile-only).
   const std::optional<CudaDeviceInfo>& device() const;

@@ -73,6 +73,37 @@ torch::ScalarType torch_dtype(DType t) {
   return torch::kFloat;
 }
 
+Reference compile_reference(const std::string& torchscript, const std::string& file, const std::string& where,
+                            const std::string& task_file, int n_inputs) {
+  Reference ref;
+  ref.file = task_file;
+  ref.impl = std::make_shared<Reference::Impl>();
+  auto& impl = *ref.impl;
+  if (!torchscript.empty()) {
+    try {
+      impl.cu = torch::jit::compile(without_python_modules(torchscript));
+    } catch (const std::exception& e) {
+      throw Error(where + ".torchscript does not compile:\n" + e.what());
+    }
+    if (!impl.cu->find_function("reference")) throw Error(where + ".torchscript defines no function 'reference'");
+    size_t n_args = impl.cu->get_function("reference").getSchema().arguments().size();
+    if (n_inputs >= 0 && n_args != static_cast<size_t>(n_inputs))
+      throw Error(where + ": 'reference' takes " + std::to_string(n_args) + " arguments but the task declares " +
+                  std::to_string(n_inputs) + " inputs");
+  } else {
+    try {
+      impl.module = torch::jit::load(file);
+    } catch (const std::exception& e) {
+      throw Error(where + ".file " + file + " cannot be loaded as a TorchScript module: " + e.what());
+    }
+    impl.module.eval();
+    impl.method = impl.module.find_method("reference") ? "reference" : "forward";
+    if (!impl.module.find_method(impl.method))
+      throw Error(where + ".file " + file + " has no 'reference' or 'forward' method");
+  }
+  return ref;
+}
+
 // ---- RuntimeTask ------------------------------------------------------------------------------
 
 RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
@@ -117,43 +148,17 @@ RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
     }
 
   disable_tf32();
-  reference_ = std::make_unique<Reference>();
-  reference_->file = file;
-  reference_->impl = std::make_shared<Reference::Impl>();
-  auto& impl = *reference_->impl;
-  const std::string where = file + ":" + std::to_string(spec_.reference.line) + ": reference";
-  if (!spec_.reference.torchscript.empty()) {
-    try {
-      impl.cu = torch::jit::compile(without_python_modules(spec_.reference.torchscript));
-    } catch (const std::exception& e) {
-      throw Error(where + ".torchscript does not compile:\n" + e.what());
-    }
-    if (!impl.cu->find_function("reference")) throw Error(where + ".torchscript defines no function 'reference'");
-    size_t n_args = impl.cu->get_function("reference").getSchema().arguments().size();
-    if (n_args != spec_.inputs.size())
-      throw Error(where + ": 'reference' takes " + std::to_string(n_args) + " arguments but the task declares " +
-                  std::to_string(spec_.inputs.size()) + " inputs");
-  } else {
-    try {
-      impl.module = torch::jit::load(spec_.reference.file);
-    } catch (const std::exception& e) {
-      throw Error(where + ".file " + spec_.reference.file + " cannot be loaded as a TorchScript module: " + e.what());
-    }
-    impl.module.eval();
-    impl.method = impl.module.find_method("reference") ? "reference" : "forward";
-    if (!impl.module.find_method(impl.method))
-      throw Error(where + ".file " + spec_.reference.file + " has no 'reference' or 'forward' method");
-  }
+  reference_ = std::make_unique<Reference>(
+      compile_reference(spec_.reference.torchscript, spec_.reference.file,
+                        file + ":" + std::to_string(spec_.reference.line) + ": reference", file,
+                        static_cast<int>(spec_.inputs.size())));
 }
 
 RuntimeTask::~RuntimeTask() = default;
 
 // ---- Reference ---------------------------------------------------------------------------------
 
-std::vector<torch::Tensor> Reference::run(const RuntimeTask& task, const std::vector<torch::Tensor>& inputs) const {
-  torch::NoGradGuard no_grad;
-  std::vector<c10::IValue> args;
-  for (const auto& t : inputs) args.emplace_back(t.clone());
+std::vector<torch::Tensor> Reference::call(std::vector<c10::IValue> args) const {
   c10::IValue result;
   try {
     if (impl->cu)
@@ -176,6 +181,14 @@ std::vector<torch::Tensor> Reference::run(const RuntimeTask& task, const std::ve
   } else {
     throw Error(file + ": the reference must return a Tensor or a Tuple of Tensors");
   }
+  return outs;
+}
+
+std::vector<torch::Tensor> Reference::run(const RuntimeTask& task, const std::vector<torch::Tensor>& inputs) const {
+  torch::NoGradGuard no_grad;
+  std::vector<c10::IValue> args;
+  for (const auto& t : inputs) args.emplace_back(t.clone());
+  std::vector<torch::Tensor> outs = call(std::move(args));
   const auto& decl = task.interface().outputs;
   if (outs.size() != decl.size())
     throw Error(file + ": the reference returned " + std::to_string(outs.size()) + " tensors but the task declares " +

@@ -22,7 +22,21 @@ struct Reference {
   /// Checks the result against the declared outputs (count, dtype, shape); throws leap::Error
   /// naming the task file otherwise.
   std::vector<torch::Tensor> run(const RuntimeTask& task, const std::vector<torch::Tensor>& inputs) const;
+
+  /// Calls the reference on `args` as given (no clones, no output checks; grad and TF32 modes
+  /// are the caller's) and returns the tensors of its result, on the device the inputs are on.
+  /// Throws leap::Error naming `file` when it fails or returns something other than a Tensor, a
+  /// tuple of Tensors or a list of Tensors.
+  std::vector<torch::Tensor> call(std::vector<c10::IValue> args) const;
 };
+
+/// Compiles a reference: the TorchScript `torchscript` source (torch.nn.functional / F. calls
+/// rewritten to the ATen builtins) defining `reference`, or, when the source is empty, the
+/// TorchScript module `file` (method `reference`, else `forward`). With `n_inputs` >= 0 the
+/// source's `reference` must take that many arguments. Throws leap::Error starting with `where`
+/// ("task.yaml:12: reference") when it does not compile or load. `Reference::file` is `task_file`.
+Reference compile_reference(const std::string& torchscript, const std::string& file, const std::string& where,
+                            const std::string& task_file, int n_inputs = -1);
 
 /// torch scalar type of a task dtype.
 torch::ScalarType torch_dtype(DType t);

@@ -32,6 +32,13 @@ struct VerifierOptions {
 /// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several
 /// seeds (candidate first, reference second) -> timing. Thread-safe: concurrent evaluate() calls
 /// share the backend (compile cache) and the worker pool; reference calls are serialised.
+///
+/// Where the reference is timed: for a backend whose reference_device() is set (cuda with a GPU)
+/// in a worker on that device, TorchScript on CUDA tensors timed like the candidate (same input
+/// sets, warm-up, trials, time box, L2 flush, CUDA events; env/cuda_reference.hpp); otherwise here
+/// on the CPU. A correct result's details["reference_device"] says which ("cuda:0" or "cpu");
+/// details["reference_gpu_error"] holds the reason when a GPU reference run failed and the CPU time
+/// was recorded instead. Correctness always compares with the reference run here on the CPU.
 class Verifier {
  public:
   Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool> pool, VerifierOptions options = {});
@@ -48,6 +55,7 @@ class Verifier {
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;
   std::mutex reference_mutex_;
+  std::mutex gpu_timing_mutex_;  // one GPU timing job (candidate or reference) at a time
 };
 
 /// Seed of correctness seed `seed_index` (or timing set `seed_index` >= seeds) for `task`.

@@ -256,6 +256,15 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch) {
       req.trials = job.at("trials").get<int>();
       req.max_seconds = job.at("max_seconds").get<double>();
       req.rotations = job.at("rotations").get<std::vector<std::vector<int>>>();
+      if (job.contains("reference")) {
+        const json& rj = job.at("reference");
+        ReferenceProgram rp;
+        rp.torchscript = rj.at("torchscript").get<std::string>();
+        rp.file = rj.at("file").get<std::string>();
+        rp.task_file = rj.at("task_file").get<std::string>();
+        rp.inputs = rj.at("inputs").get<int>();
+        req.reference = std::move(rp);
+      }
       total = job.at("total_bytes").get<size_t>();
       auto offsets = job.at("offsets").get<std::vector<size_t>>();
       if (fd < 0) throw Error("no tensor memory was passed to the worker");
@@ -265,7 +274,8 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch) {
         mprotect(static_cast<char*>(base) + g.at(0).get<size_t>(), g.at(1).get<size_t>(), PROT_NONE);
       std::vector<void*> ptrs;
       for (size_t off : offsets) ptrs.push_back(static_cast<char*>(base) + off);
-      out = backend.execute(art, plan, ptrs, req, current_launch);
+      out = req.reference ? backend.time_reference(*req.reference, plan, ptrs, req)
+                          : backend.execute(art, plan, ptrs, req, current_launch);
     } catch (const std::exception& e) {
       out.verdict = Verdict::runtime_error;
       out.message = std::string("worker error: ") + e.what();
@@ -460,7 +470,16 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
               {"guards", layout.guards}};
+  if (request.reference)
+    job["reference"] = {{"torchscript", request.reference->torchscript},
+                        {"file", request.reference->file},
+                        {"task_file", request.reference->task_file},
+                        {"inputs", request.reference->inputs}};
   const std::string body = job.dump();
+  // A reference job may be the first LibTorch CUDA work of its worker (library start-up, cuBLAS
+  // handle, TorchScript compile): it gets kReferenceStartupS more than a candidate's job.
+  const double timeout_s = options_.run_timeout_s > 0 && request.reference ? options_.run_timeout_s + kReferenceStartupS
+                                                                           : options_.run_timeout_s;
 
   // A worker that died while idle (killed from outside) is replaced once before blaming the code.
   w->current_launch->store(-1);
@@ -484,13 +503,13 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   std::string reply;
   Recv r = Recv::ok;
   bool cpu_limited = false;  // the timeout, if any, was the CPU-time limit
-  if (options_.run_timeout_s > 0) {
+  if (timeout_s > 0) {
     // Wait in slices of at most 50 ms, checking the limit between them.
     const auto start = Clock::now();
     auto after = [&](double s) {
       return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
     };
-    const double limit = options_.run_timeout_s;
+    const double limit = timeout_s;
     const double wall_cap = options_.cpu_time_limit ? std::max(3 * limit, limit + 30) : limit;
     const double cpu0 = options_.cpu_time_limit ? process_cpu_seconds(w->pid) : 0.0;
     for (;;) {
@@ -525,12 +544,11 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       std::snprintf(b, sizeof b, "%g", v);
       return std::string(b);
     };
-    const std::string secs =
-        !options_.cpu_time_limit ? g(options_.run_timeout_s) + " s"
-        : cpu_limited            ? g(options_.run_timeout_s) + " s of CPU time"
-                                 : g(std::max(3 * options_.run_timeout_s, options_.run_timeout_s + 30)) +
-                            " s of wall time (it was not computing: sleeping or blocked?)";
-    out.message = std::string("the launch sequence did not finish within ") + secs +
+    const std::string secs = !options_.cpu_time_limit ? g(timeout_s) + " s"
+                             : cpu_limited            ? g(timeout_s) + " s of CPU time"
+                                                      : g(std::max(3 * timeout_s, timeout_s + 30)) +
+                                                 " s of wall time (it was not computing: sleeping or blocked?)";
+    out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " did not finish within " + secs +
                   (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
                   " (an infinite loop or far too much work)";
     dead = true;

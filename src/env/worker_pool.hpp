@@ -25,6 +25,9 @@
 
 namespace leap::env {
 
+/// Seconds a reference job (RunRequest::reference) gets on top of PoolOptions::run_timeout_s.
+inline constexpr double kReferenceStartupS = 30;
+
 /// Settings of a WorkerPool.
 struct PoolOptions {
   int workers = 2;               ///< processes kept ready
@@ -56,7 +59,9 @@ class WorkerPool {
   /// Runs `plan`'s launches of `artifact` on `buffers` (laid out for `plan.tensors`) in a worker.
   /// Outputs written by the code are visible in `buffers` afterwards. Never throws for a fault
   /// of the code: crashes -> runtime_error (message names the signal and the launch), hangs ->
-  /// timeout, unknown kernels -> launch_error.
+  /// timeout, unknown kernels -> launch_error. With `request.reference` set, the worker runs and
+  /// times the task's reference instead (Backend::time_reference; `artifact` is not used), with
+  /// kReferenceStartupS more time.
   RunOutcome run(const Artifact& artifact, const BoundPlan& plan, SharedBuffers& buffers,
                  const RunRequest& request = {});
 
