@@ -1,10 +1,19 @@
-// Benchmark (not a test): evaluations per second of the cpu environment on the starter set's cpu
-// solutions, with 1 and 2 workers, with and without the compile cache.
-//   ninja -C build bench_env_cpu && ./build/bench_env_cpu [tasks/starter] [passes]
+// Benchmark (not a test): cached evaluations per second of the cpu environment on the starter
+// set's cpu solutions, sandboxed exec-started workers (the default) against the older path that
+// forks the parent per worker (PoolOptions::Spawn::fork), with 1 and 2 workers, alternating the
+// two sides (fork, exec, fork, exec, ...) and printing the median of the per-pair ratios with its
+// range; then the cost of one cached evaluation split into process start, candidate run (the
+// worker job, IPC included) and the parent's share (reference, input generation, checks).
+//
+// The parent holds PARENT_MB of touched memory (default 2048), as a trainer holds its policy's
+// weights and optimizer state: that is what a fork of the parent copies page tables for.
+//   ninja -C build bench_env_cpu && ./build/bench_env_cpu [tasks/starter] [pairs=5] [parent_mb=2048]
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -13,7 +22,10 @@
 #include <vector>
 
 #include "cli/environment.hpp"
+#include "env/cpu_backend.hpp"
 #include "env/task_runtime.hpp"
+#include "env/verifier.hpp"
+#include "env/worker_pool.hpp"
 #include "tasks/task_spec.hpp"
 
 namespace fs = std::filesystem;
@@ -28,39 +40,57 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-struct Figure {
+struct Pass {
   double evals_per_s = 0;
+  double spawn_ms = 0, job_ms = 0, parent_ms = 0, wall_ms = 0;  // per evaluation
   int correct = 0, total = 0;
 };
 
-Figure measure(const std::vector<cli::GradeJob>& jobs, int workers, bool cache, const std::string& cache_dir, int passes) {
+Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, env::PoolOptions::Spawn spawn,
+              const std::string& cache_dir) {
   config::EnvConfig e;
   e.workers = workers;
-  e.compile_cache = cache;
-  e.cache_dir = cache_dir;
   e.timing.warmup = 1;
   e.timing.trials = 5;
   e.timing.max_seconds = 0.1;
-  Figure f;
-  double seconds = 0;
-  for (int p = 0; p < passes; ++p) {
-    // Without the cache every pass gets a fresh (temporary) cache folder, so every answer compiles.
-    auto env = cli::make_environment(e, "cpu");
-    auto t0 = std::chrono::steady_clock::now();
-    auto results = cli::grade_all(*env->verifier, jobs, workers);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (const auto& r : results) f.correct += r.is_correct();
-    f.total += static_cast<int>(results.size());
-  }
-  f.evals_per_s = f.total / seconds;
-  return f;
+  env::CpuBackendOptions co;
+  co.cache_dir = cache_dir;
+  auto backend = std::make_shared<env::CpuBackend>(co);
+  env::PoolOptions po;
+  po.workers = workers;
+  po.run_timeout_s = e.run_timeout_s;
+  po.cpu_time_limit = true;
+  po.spawn = spawn;
+  auto pool = std::make_shared<env::WorkerPool>(backend, po);
+  env::Verifier verifier(backend, pool, cli::verifier_options(e));
+  const env::PoolStats before = pool->stats();
+  auto t0 = std::chrono::steady_clock::now();
+  auto results = cli::grade_all(verifier, jobs, workers);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const env::PoolStats after = pool->stats();
+  Pass p;
+  for (const auto& r : results) p.correct += r.is_correct();
+  p.total = static_cast<int>(results.size());
+  p.evals_per_s = p.total / wall;
+  const double n = p.total;
+  p.wall_ms = 1000 * wall / n;
+  p.spawn_ms = 1000 * (after.spawn_s - before.spawn_s) / n;
+  p.job_ms = 1000 * (after.job_s - before.job_s) / n;
+  p.parent_ms = std::max(0.0, 1000 * wall * workers / n - p.spawn_ms - p.job_ms);
+  return p;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
-  const int passes = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int pairs = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
+  const size_t parent_mb = argc > 3 ? static_cast<size_t>(std::atol(argv[3])) : 2048;
   auto set = tasks::load_task_set(dir);
   std::vector<std::unique_ptr<env::RuntimeTask>> rts;
   std::vector<cli::GradeJob> jobs;
@@ -69,22 +99,50 @@ int main(int argc, char** argv) {
     for (const auto& e : fs::directory_iterator(fs::path(spec.dir) / "solutions"))
       if (e.path().filename().string().rfind("cpu_", 0) == 0) jobs.push_back({rts.back().get(), e.path().string(), slurp(e.path())});
   }
+  // The trainer-like parent: touched memory that a fork must map into every child.
+  std::vector<char> ballast(parent_mb << 20);
+  std::memset(ballast.data(), 1, ballast.size());
   std::string cache_dir = (fs::temp_directory_path() / ("leap-bench-cache-" + std::to_string(getpid()))).string();
-  std::printf("bench_env_cpu: %zu cpu answers of %s, %d pass(es); seeds 5, timing warmup 1, trials 5, max 0.1 s\n",
-              jobs.size(), set.name.c_str(), passes);
-  // Warm the shared cache once (not measured).
-  measure(jobs, 2, true, cache_dir, 1);
-  Figure r[2][2];  // [workers-1][cache]
-  for (int w = 1; w <= 2; ++w)
-    for (int c = 0; c <= 1; ++c) {
-      r[w - 1][c] = measure(jobs, w, c == 1, cache_dir, passes);
-      std::printf("workers %d, compile cache %-3s: %7.2f evaluations/s (%d/%d correct)\n", w, c ? "on" : "off",
-                  r[w - 1][c].evals_per_s, r[w - 1][c].correct, r[w - 1][c].total);
+  std::printf("bench_env_cpu: %zu cpu answers of %s, compile cache on (warmed), %d pairs per worker count; "
+              "seeds 5, timing warmup 1, trials 5, max 0.1 s; parent holds %zu MB\n",
+              jobs.size(), set.name.c_str(), pairs, parent_mb);
+  run_pass(jobs, 2, env::PoolOptions::Spawn::exec, cache_dir);  // warms the compile cache (not measured)
+  using S = env::PoolOptions::Spawn;
+  for (int w = 1; w <= 2; ++w) {
+    std::vector<double> ratios, fork_rate, exec_rate;
+    Pass last_fork, last_exec;
+    std::vector<Pass> exec_passes, fork_passes;
+    for (int i = 0; i < pairs; ++i) {
+      Pass a = run_pass(jobs, w, S::fork, cache_dir);
+      Pass b = run_pass(jobs, w, S::exec, cache_dir);
+      ratios.push_back(b.evals_per_s / a.evals_per_s);
+      fork_rate.push_back(a.evals_per_s);
+      exec_rate.push_back(b.evals_per_s);
+      fork_passes.push_back(a);
+      exec_passes.push_back(b);
+      if (a.correct != a.total || b.correct != b.total)
+        std::printf("  warning: pair %d: fork %d/%d correct, exec %d/%d correct\n", i, a.correct, a.total, b.correct, b.total);
     }
-  std::printf("ratio 2 workers / 1 worker: cache off %.2fx, cache on %.2fx\n", r[1][0].evals_per_s / r[0][0].evals_per_s,
-              r[1][1].evals_per_s / r[0][1].evals_per_s);
-  std::printf("ratio cache on / off:       1 worker %.2fx, 2 workers %.2fx\n", r[0][1].evals_per_s / r[0][0].evals_per_s,
-              r[1][1].evals_per_s / r[1][0].evals_per_s);
+    std::printf("workers %d: fork %.2f eval/s, exec (sandboxed) %.2f eval/s (medians); exec/fork median %.2fx "
+                "[min %.2fx, max %.2fx] over %d pairs\n",
+                w, median(fork_rate), median(exec_rate), median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                *std::max_element(ratios.begin(), ratios.end()), pairs);
+    for (auto* side : {&fork_passes, &exec_passes}) {
+      std::vector<double> sp, jb, pa, wl;
+      for (const auto& p : *side) {
+        sp.push_back(p.spawn_ms);
+        jb.push_back(p.job_ms);
+        pa.push_back(p.parent_ms);
+        wl.push_back(p.wall_ms * w);
+      }
+      const double total = median(sp) + median(jb) + median(pa);
+      std::printf("  %-5s one cached evaluation (worker-ms, medians): process start %.1f ms (%.0f%%), candidate run "
+                  "%.1f ms (%.0f%%), parent: reference and checks %.1f ms (%.0f%%)\n",
+                  side == &fork_passes ? "fork:" : "exec:", median(sp), 100 * median(sp) / total, median(jb),
+                  100 * median(jb) / total, median(pa), 100 * median(pa) / total);
+    }
+  }
+  std::error_code ec;
   std::string cmd = "rm -rf '" + cache_dir + "'";
   return std::system(cmd.c_str()) == 0 ? 0 : 1;
 }

@@ -16,7 +16,7 @@ ROOT=$PWD
 DEBS=$ROOT/.gpu-debs
 PKGS="libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 doctest-dev
       libsqlite3-dev libsqlite3-0 nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
-      libpcre2-posix3 libutf8proc-dev libutf8proc2 pkgconf pkgconf-bin libpkgconf3"
+      libpcre2-posix3 libutf8proc-dev libutf8proc2 libseccomp-dev libseccomp2 pkgconf pkgconf-bin libpkgconf3"
 
 if [ "${1:-}" = "--fetch-debs" ]; then
   mkdir -p "$DEBS"
@@ -120,9 +120,42 @@ print("reference timed on:", line, "(expected: every correct result on cuda:N)")
 open(sys.argv[2], "w").write(line + "\n")
 PY
   STATUS[reference]="timed on $(cat "$LOG/refdev.txt" 2>/dev/null || echo '?')"
+
+  # 5. A GPU policy and the cuda backend in one process (exec-started, sandboxed workers): two RL
+  # steps of the tiny model after a short SFT on the starter cuda solutions; at least one answer
+  # must have run on the GPU (correct or wrong_output), not every one failing to start.
+  stage "leap train: model.device cuda + env.backend cuda"
+  TDB=/tmp/leap-gpu-train.sqlite
+  rm -f "$TDB"
+  [ -f /tmp/leap-gpu-tiny/model.safetensors ] || "$BUILD/leap" model init --preset tiny --out /tmp/leap-gpu-tiny >"$LOG/init.log" 2>&1
+  timeout 240 "$BUILD/leap" --db "$TDB" --results-dir /tmp/leap-gpu-results train configs/quickstart.yaml \
+    --set model.path=/tmp/leap-gpu-tiny --set model.device=cuda --set env.backend=cuda --set train.steps=2 \
+    --set train.checkpoint_every=0 --set train.eval_every=0 --set train.sft.steps=60 --set env.run_timeout_s=30 \
+    >"$LOG/train.log" 2>&1
+  rc=$?
+  tail -15 "$LOG/train.log"
+  "$PY" - "$TDB" "$LOG/train-verdicts.txt" <<'PY'
+import sqlite3, sys
+try:
+    db = sqlite3.connect(sys.argv[1])
+    rows = db.execute("SELECT verdict, COUNT(*) FROM turns GROUP BY verdict ORDER BY 2 DESC").fetchall()
+    dev = db.execute("SELECT message FROM events WHERE kind = 'device'").fetchall()
+    sft = db.execute("SELECT message FROM events WHERE kind = 'sft'").fetchall()
+except Exception as e:
+    rows, dev, sft = [], [], []
+    print("no store:", e)
+print("turn verdicts:", rows)
+print("device event:", dev[:1])
+print("sft event:", [m[0][:600] for m in sft[:1]])
+ran = sum(n for v, n in rows if v in ("correct", "wrong_output", "inputs_modified"))
+ran += sum(m[0].count("wrong_output") for m in sft)
+open(sys.argv[2], "w").write("%d answers ran on the GPU (correct/wrong_output); verdicts %s\n" % (ran, rows))
+PY
+  STATUS[train]="rc $rc, $(cat "$LOG/train-verdicts.txt" 2>/dev/null || echo '?') ($(elapsed) s)"
 fi
 
 stage "summary"
-for k in build tests eval reference; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
+for k in build tests eval reference train; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
 echo "total $(elapsed) s"
-[ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]]
+[ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]] &&
+  [[ "${STATUS[train]}" == "rc 0, "[1-9]* ]]

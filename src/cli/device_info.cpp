@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include "env/nvrtc_compiler.hpp"
+#include "env/sandbox.hpp"
 #if LEAP_HAVE_NVRTC
 #include "env/cuda_driver.hpp"
 #endif
@@ -28,6 +29,12 @@ std::string describe_devices(const config::Experiment& exp, bool cuda_policy, in
 #endif
   const std::string nvrtc = env::nvrtc_version();
   out += "; nvrtc " + (nvrtc.empty() ? std::string("not in this build") : nvrtc);
+  // What generated code may do here (docs/env.md "Sandbox"); missing protections are named.
+  try {
+    out += "; env.sandbox " + exp.env.sandbox + ", " + env::host_sandbox_report().summary();
+  } catch (const std::exception& e) {
+    out += "; sandbox: unknown (" + std::string(e.what()) + ")";
+  }
   return out;
 }
 

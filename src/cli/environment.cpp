@@ -64,6 +64,7 @@ std::shared_ptr<env::Backend> make_cpu_backend(const config::EnvConfig& e, const
   co.compile_timeout_s = e.compile_timeout_s;
   co.feedback_chars = static_cast<size_t>(e.feedback_max_chars);
   co.cache_dir = cache_dir;
+  co.sandbox = env::sandbox_mode_from_string(e.sandbox);
   return std::make_shared<env::CpuBackend>(co);
 }
 
@@ -109,6 +110,8 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
   po.workers = static_cast<int>(std::max<int64_t>(1, e.workers));
   po.run_timeout_s = e.run_timeout_s;
   po.cpu_time_limit = backend == "cpu";  // cpu candidates: CPU time, so load cannot fake a timeout
+  po.sandbox.mode = env::sandbox_mode_from_string(e.sandbox);
+  po.sandbox.memory_mb = e.worker_memory_mb;
   // cuda candidates are device code only (no host code runs in the worker), so a worker keeps
   // its CUDA context across jobs instead of paying cuInit per job; a fault that poisons the
   // context still ends the worker (Backend::worker_must_exit).

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "env/sandbox.hpp"
 #include "util/build_info.hpp"
 
 #if LEAP_HAVE_NVRTC
@@ -43,6 +44,12 @@ Handler add_version(CLI::App& app, const GlobalOptions& g) {
 #else
     std::cout << "nvrtc: not available (built without the CUDA toolkit)\n";
 #endif
+    // What the workers and the compiler get on this host (env.sandbox; docs/env.md "Sandbox").
+    try {
+      std::cout << env::host_sandbox_report().summary() << "\n";
+    } catch (const std::exception& e) {
+      std::cout << "sandbox: unknown (" << e.what() << ")\n";
+    }
     return 0;
   };
 }

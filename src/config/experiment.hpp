@@ -62,6 +62,12 @@ struct EnvConfig {
   bool compile_cache = true;           ///< reuse compiled artifacts keyed by source + flags hash
   std::string cache_dir = "results/cache";  ///< where compiled artifacts are kept
   int64_t feedback_max_chars = 2000;   ///< bound on the feedback text shown to the model
+  /// off | auto | strict: the sandbox around processes that run or compile generated code
+  /// (docs/env.md "Sandbox"); auto applies what the host allows, strict refuses to run without all.
+  std::string sandbox = "auto";
+  /// Memory of one worker process beyond its tensors (MB); 0 = auto (a quarter of the machine's
+  /// memory, between 1024 and 8192). Past it an allocation fails: runtime_error naming the limit.
+  int64_t worker_memory_mb = 0;
   EnvCpuConfig cpu;
   EnvCudaConfig cuda;
   EnvTimingConfig timing;

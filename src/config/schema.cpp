@@ -82,6 +82,10 @@ std::vector<Field> build() {
                 "folder of the compile cache"));
   s.push_back(F("env.feedback_max_chars", FT::Int, member(&E_::env, &EnvConfig::feedback_max_chars),
                 "bound on the feedback text shown in the next turn (characters)", 100, 1000000));
+  s.push_back(E("env.sandbox", {"off", "auto", "strict"}, member(&E_::env, &EnvConfig::sandbox),
+                "sandbox of the processes that run or compile generated code: off, auto (what the host allows), strict (refuse without every protection)"));
+  s.push_back(F("env.worker_memory_mb", FT::Int, member(&E_::env, &EnvConfig::worker_memory_mb),
+                "memory of one worker process beyond its tensors (MB); 0 = auto (a quarter of the machine, 1024 to 8192)", 0, 1 << 20));
   s.push_back(F("env.cpu.compiler", FT::String, member(&E_::env, &EnvConfig::cpu, &EnvCpuConfig::compiler),
                 "host C++ compiler for cpu candidates"));
   s.push_back(F("env.cpu.flags", FT::String, member(&E_::env, &EnvConfig::cpu, &EnvCpuConfig::flags),

@@ -73,6 +73,10 @@ struct RunOutcome {
   bool ok() const { return verdict == Verdict::correct; }
 };
 
+/// Tag of the constructors that build a backend inside a worker process (make_worker_backend):
+/// nothing of the parent's (cache folder, GPU probe, compiler) is set up.
+struct WorkerSide {};
+
 /// A compile + execute backend.
 class Backend {
  public:
@@ -95,6 +99,9 @@ class Backend {
   virtual RunOutcome execute(const Artifact& artifact, const BoundPlan& plan,
                              const std::vector<void*>& tensors, const RunRequest& request,
                              std::atomic<int>* current_launch) = 0;
+  /// What a worker process needs to build this backend's execute side (make_worker_backend):
+  /// a JSON object with at least {"backend": name()}.
+  virtual std::string worker_spec() const { return "{\"backend\": \"" + name() + "\"}"; }
   /// Asked inside a worker after each job's reply is sent: true if the process must exit (its
   /// device state is unusable, e.g. a poisoned CUDA context); the pool then starts a fresh one.
   virtual bool worker_must_exit() const { return false; }

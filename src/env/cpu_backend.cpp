@@ -16,6 +16,7 @@
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/subprocess.hpp"
+#include "env/zygote.hpp"
 
 namespace leap::env {
 
@@ -105,11 +106,37 @@ std::set<std::string> read_exports(const std::string& text) {
   return out;
 }
 
-// Defined function symbols of a shared object, through `nm -D`; empty if nm is unavailable.
-std::set<std::string> list_exports(const fs::path& so) {
+// Absolute path of `program` as execvp would find it; empty if not found.
+std::string find_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::istringstream in(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(in, dir, ':');) {
+    std::string p = (dir.empty() ? "." : dir) + "/" + program;
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// Runs a tool on untrusted input: in the zygote's sandbox, in `work` (seen as /build), or
+// directly when the sandbox is off.
+util::ProcessResult run_tool(const std::vector<std::string>& argv, const fs::path& work, const util::ProcessOptions& po,
+                             SandboxMode mode, const std::vector<std::string>& extra_ro) {
+  if (mode == SandboxMode::off) return util::run_process(argv, po);
+  CommandSandbox sb;
+  sb.work_dir = work.string();
+  sb.extra_ro = extra_ro;
+  sb.mode = mode;
+  return Zygote::shared().run(argv, sb, po);
+}
+
+// Defined function symbols of a shared object (in `work`), through `nm -D`; empty if nm is
+// unavailable.
+std::set<std::string> list_exports(const fs::path& work, const std::string& so_name, SandboxMode mode) {
   util::ProcessOptions po;
   po.timeout_s = 30;
-  auto r = util::run_process({"nm", "-D", "--defined-only", "-P", so.string()}, po);
+  po.cwd = work.string();
+  auto r = run_tool({"nm", "-D", "--defined-only", "-P", so_name}, work, po, mode, {});
   std::set<std::string> out;
   if (!r.ok()) return out;
   std::istringstream in(r.output);
@@ -162,6 +189,8 @@ CpuBackend::CpuBackend(CpuBackendOptions options) : options_(std::move(options))
   fs::create_directories(options_.cache_dir, ec);
   if (ec) throw Error("cannot create the compile cache " + options_.cache_dir + ": " + ec.message());
 }
+
+CpuBackend::CpuBackend(CpuBackendOptions options, WorkerSide) : options_(std::move(options)) {}
 
 LaunchLimits CpuBackend::limits() const {
   LaunchLimits l;
@@ -232,7 +261,15 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   util::ProcessOptions po;
   po.cwd = work.string();
   po.timeout_s = options_.compile_timeout_s;
-  auto r = util::run_process(argv, po);
+  // A compiler installed outside /usr (say /opt/gcc-13/bin/g++) needs its prefix in the sandbox.
+  std::vector<std::string> extra_ro;
+  if (std::string c = find_program(options_.compiler); !c.empty()) {
+    std::error_code ec;
+    fs::path real = fs::canonical(c, ec);
+    const fs::path prefix = real.parent_path().parent_path();
+    if (!ec && real.string().rfind("/usr/", 0) != 0 && prefix.has_relative_path()) extra_ro.push_back(prefix.string());
+  }
+  auto r = run_tool(argv, work, po, options_.sandbox, extra_ro);
   out.seconds = r.wall_s;
   out.log = r.output;
   if (r.exec_failed) throw Error("cannot run the compiler '" + options_.compiler + "': " + r.output);
@@ -248,7 +285,7 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
     write_file_atomic(fail, out.log);
     return out;
   }
-  auto names = list_exports(work / "module.so");
+  auto names = list_exports(work, "module.so", options_.sandbox);
   std::string names_text;
   for (const auto& n : names) names_text += n + "\n";
   fs::rename(work / "module.so", so);  // before the .exports file, which marks the entry complete

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "env/backend.hpp"
+#include "env/sandbox.hpp"
 
 namespace leap::env {
 
@@ -31,6 +32,9 @@ struct CpuBackendOptions {
   double compile_timeout_s = 60;    ///< compiler wall-clock limit, seconds
   size_t feedback_chars = 2000;     ///< bound on compile feedback, characters
   int feedback_errors = 5;          ///< compiler errors kept in the feedback
+  /// The compiler (and nm) run in the zygote's sandbox (env/zygote.hpp: no network, a minimal
+  /// read-only root with the build folder writable, no privileges); off runs them directly.
+  SandboxMode sandbox = SandboxMode::auto_;
 };
 
 /// Generated source of the trampolines for `signatures` (see the file comment).
@@ -41,6 +45,8 @@ std::string cpu_trampoline_source(const std::vector<std::string>& signatures);
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(CpuBackendOptions options = {});
+  /// The execute side only, inside a worker process: creates no folder and runs no compiler.
+  CpuBackend(CpuBackendOptions options, WorkerSide);
 
   std::string name() const override { return "cpu"; }
   CodeLanguage language() const override { return CodeLanguage::cpp; }

@@ -60,7 +60,15 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
   compiler_ = std::make_unique<NvrtcCompiler>(no);
 }
 
+CudaBackend::CudaBackend(CudaBackendOptions options, std::string arch, WorkerSide)
+    : options_(std::move(options)), device_(std::make_unique<std::optional<CudaDeviceInfo>>()), arch_(std::move(arch)) {}
+
 CudaBackend::~CudaBackend() = default;
+
+std::string CudaBackend::worker_spec() const {
+  return "{\"backend\": \"cuda\", \"device\": " + std::to_string(options_.device) +
+         ", \"l2_flush_bytes\": " + std::to_string(options_.l2_flush_bytes) + ", \"arch\": \"" + arch_ + "\"}";
+}
 
 const std::optional<CudaDeviceInfo>& CudaBackend::device() const { return *device_; }
 

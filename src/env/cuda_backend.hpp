@@ -49,7 +49,12 @@ class CudaBackend : public Backend {
   /// `require_device` is set and there is no usable GPU; leap::Error when NVRTC is missing or
   /// cannot target the GPU's architecture.
   explicit CudaBackend(CudaBackendOptions options = {});
+  /// The execute side only, inside a worker process (make_worker_backend): no probe, no NVRTC;
+  /// `arch` is what the parent compiled for (for messages).
+  CudaBackend(CudaBackendOptions options, std::string arch, WorkerSide);
   ~CudaBackend() override;
+  /// {"backend": "cuda", "device", "l2_flush_bytes", "arch"}.
+  std::string worker_spec() const override;
 
   std::string name() const override { return "cuda"; }
   CodeLanguage language() const override { return CodeLanguage::cuda; }

@@ -1,4 +1,5 @@
 #include "env/cuda_driver.hpp"
+#include "env/zygote.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -213,64 +214,32 @@ CudaDeviceInfo query_cuda_device(int ordinal) {
   return i;
 }
 
+std::string cuda_probe_text(int ordinal) {
+  try {
+    return "ok\n" + serialize(query_cuda_device(ordinal));
+  } catch (const std::exception& e) {
+    return std::string("error\n") + e.what();
+  }
+}
+
 std::optional<CudaDeviceInfo> probe_cuda_device(int ordinal, std::string* why) {
   auto fail = [&](const std::string& w) -> std::optional<CudaDeviceInfo> {
     if (why) *why = w;
     return std::nullopt;
   };
-  // Without the driver library there is nothing to ask; say so without forking.
+  // Without the driver library there is nothing to ask; say so without starting a process.
   try {
     cuda_driver();
   } catch (const CudaUnavailableError& e) {
     return fail(e.what());
   }
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return fail(std::string("pipe: ") + std::strerror(errno));
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return fail(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    std::string msg;
-    try {
-      msg = "ok\n" + serialize(query_cuda_device(ordinal));
-    } catch (const std::exception& e) {
-      msg = std::string("error\n") + e.what();
-    }
-    size_t off = 0;
-    while (off < msg.size()) {
-      ssize_t w = write(fds[1], msg.data() + off, msg.size() - off);
-      if (w <= 0) break;
-      off += static_cast<size_t>(w);
-    }
-    _exit(0);
-  }
-  close(fds[1]);
+  // Asked in a child of the zygote (an exec-started leap with no CUDA state), so a parent that has
+  // already started CUDA (a policy on the GPU) can still probe.
   std::string text;
-  char buf[4096];
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);  // cuInit can be slow
-  for (;;) {
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count());
-    if (left <= 0) {
-      kill(pid, SIGKILL);
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    int pr = poll(&p, 1, left);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  try {
+    text = Zygote::shared().call("cuda_probe", std::to_string(ordinal), 120);  // cuInit can be slow
+  } catch (const std::exception& e) {
+    return fail(std::string("the device probe failed: ") + e.what());
   }
   if (text.rfind("ok\n", 0) == 0) {
     CudaDeviceInfo info;
@@ -278,7 +247,7 @@ std::optional<CudaDeviceInfo> probe_cuda_device(int ordinal, std::string* why) {
     return fail("the device probe returned garbled data");
   }
   if (text.rfind("error\n", 0) == 0) return fail(text.substr(6));
-  return fail("the device probe process died (signal " + std::to_string(WIFSIGNALED(st) ? WTERMSIG(st) : 0) + ")");
+  return fail("the device probe process died before answering");
 }
 
 }  // namespace leap::env

@@ -5,7 +5,7 @@
 // cuda.h is included for its types and prototypes only; every call goes through the function
 // pointers of CudaDriverApi. A process that has called cuInit must not fork workers (the child
 // inherits a CUDA state it cannot use), so the parent asks about the device through
-// probe_cuda_device(), which does the asking in a short-lived forked child.
+// probe_cuda_device(), which does the asking in a short-lived child of the zygote (env/zygote.hpp).
 #include <cuda.h>
 
 #include <array>
@@ -105,8 +105,12 @@ struct CudaDeviceInfo {
 /// After this call the process must not fork workers (see the file comment).
 CudaDeviceInfo query_cuda_device(int ordinal = 0);
 
-/// Runs query_cuda_device in a forked child and returns its answer, so the caller never
+/// Runs query_cuda_device in a child of the zygote and returns its answer, so the caller never
 /// initialises CUDA; nullopt (with the reason in `*why`) when there is no usable device.
 std::optional<CudaDeviceInfo> probe_cuda_device(int ordinal = 0, std::string* why = nullptr);
+
+/// What the probe child computes and sends back: "ok\n" + the device's fields, or "error\n" + the
+/// reason. Runs cuInit in the calling process: only for a child of the zygote.
+std::string cuda_probe_text(int ordinal);
 
 }  // namespace leap::env

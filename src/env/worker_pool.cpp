@@ -23,7 +23,12 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "env/forker.hpp"
+#include "env/worker_backend.hpp"
+#include "env/worker_process.hpp"
+#include "env/zygote.hpp"
 #include "util/error.hpp"
+#include <spdlog/spdlog.h>
 
 namespace leap::env {
 
@@ -47,22 +52,24 @@ bool send_all(int fd, const char* p, size_t n) {
   return true;
 }
 
-bool send_frame(int sock, const std::string& body, int attach_fd = -1) {
+constexpr size_t kMaxJobFds = 2;  // the tensor memfd and the artifact's file
+
+bool send_frame(int sock, const std::string& body, const std::vector<int>& attach = {}) {
   uint64_t len = body.size();
   iovec iov{&len, sizeof len};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  if (attach_fd >= 0) {
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxJobFds)];
+  if (!attach.empty()) {
     std::memset(ctrl, 0, sizeof ctrl);
     msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * attach.size());
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &attach_fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * attach.size());
+    std::memcpy(CMSG_DATA(c), attach.data(), sizeof(int) * attach.size());
   }
   ssize_t w;
   do {
@@ -112,7 +119,17 @@ double process_cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / ticks;
 }
 
-Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadline, int* fd_out) {
+// Resident memory of process `pid` that is its own (resident minus shared pages: the tensors are
+// a shared memfd and do not count), bytes; 0 if it cannot be read.
+int64_t process_private_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/statm");
+  long long size = 0, resident = 0, shared = 0;
+  if (!(in >> size >> resident >> shared)) return 0;
+  static const long page = sysconf(_SC_PAGESIZE);
+  return static_cast<int64_t>(std::max(0LL, resident - shared)) * page;
+}
+
+Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadline, std::vector<int>* fd_out) {
   while (n > 0) {
     Recv w = wait_readable(sock, timed, deadline);
     if (w != Recv::ok) return w;
@@ -120,7 +137,7 @@ Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadl
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxJobFds)];
     if (fd_out) {
       msg.msg_control = ctrl;
       msg.msg_controllen = sizeof ctrl;
@@ -133,7 +150,12 @@ Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadl
     if (r == 0) return Recv::eof;
     if (fd_out) {
       for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+          for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            fd_out->push_back(fd);
+          }
       fd_out = nullptr;  // only the first chunk carries it
     }
     p += r;
@@ -142,7 +164,7 @@ Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadl
   return Recv::ok;
 }
 
-Recv recv_frame(int sock, std::string& body, bool timed, Clock::time_point deadline, int* fd_out = nullptr) {
+Recv recv_frame(int sock, std::string& body, bool timed, Clock::time_point deadline, std::vector<int>* fd_out = nullptr) {
   uint64_t len = 0;
   Recv r = recv_exact(sock, reinterpret_cast<char*>(&len), sizeof len, timed, deadline, fd_out);
   if (r != Recv::ok) return r;
@@ -235,15 +257,90 @@ void reap(pid_t pid, int* status) {
 
 // ---- worker side ----------------------------------------------------------------------------
 
-int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch) {
+namespace {
+
+// Address-space size of this process, bytes (0 if /proc cannot be read).
+int64_t own_vm_bytes() {
+  std::ifstream in("/proc/self/statm");
+  long long pages = 0;
+  if (!(in >> pages)) return 0;
+  return static_cast<int64_t>(pages) * sysconf(_SC_PAGESIZE);
+}
+
+// Copies the artifact open as `fd` into the scratch folder, for a worker that sees no host path.
+std::string copy_artifact(int fd, int job) {
+  const std::string path = "/tmp/leap-module-" + std::to_string(job) + ".so";
+  int out = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0700);
+  if (out < 0) throw Error("worker: cannot write " + path + ": " + std::strerror(errno));
+  char buf[1 << 16];
+  off_t off = 0;
   for (;;) {
+    ssize_t n = pread(fd, buf, sizeof buf, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(out);
+      throw Error(std::string("worker: cannot read the artifact: ") + std::strerror(errno));
+    }
+    if (n == 0) break;
+    if (write(out, buf, static_cast<size_t>(n)) != n) {
+      close(out);
+      throw Error("worker: cannot write " + path + ": " + std::strerror(errno));
+    }
+    off += n;
+  }
+  close(out);
+  return path;
+}
+
+std::string mb_text(int64_t bytes) { return std::to_string(bytes >> 20) + " MB"; }
+
+// The status page: the running launch's index, and a flag the worker raises when it crashed
+// because its address space was full (an allocation past the memory limit returned NULL).
+constexpr size_t kStatusPageBytes = 4096;
+std::atomic<int>* memory_flag_of(std::atomic<int>* page) {
+  return reinterpret_cast<std::atomic<int>*>(reinterpret_cast<char*>(page) + 64);
+}
+
+std::atomic<int>* g_memory_flag = nullptr;
+
+// On a fatal fault: is there room for 64 MB more? If not, the crash most likely followed a failed
+// allocation; say so on the status page, then die of the same signal (SA_RESETHAND).
+void on_fatal_signal(int) {
+  void* p = mmap(nullptr, size_t(64) << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    if (g_memory_flag) g_memory_flag->store(1);
+  } else {
+    munmap(p, size_t(64) << 20);
+  }
+}
+
+void install_memory_note_handlers(std::atomic<int>* flag) {
+  g_memory_flag = flag;
+  static char altstack[1 << 16];
+  stack_t ss{};
+  ss.ss_sp = altstack;
+  ss.ss_size = sizeof altstack;
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, const WorkerContext& ctx) {
+  if (ctx.memory_limit_bytes > 0 && current_launch) install_memory_note_handlers(memory_flag_of(current_launch));
+  for (int job_no = 0;; ++job_no) {
     std::string body;
-    int fd = -1;
-    Recv r = recv_frame(sock, body, false, {}, &fd);
+    std::vector<int> fds;
+    Recv r = recv_frame(sock, body, false, {}, &fds);
     if (r != Recv::ok) return 0;  // parent closed the socket
     RunOutcome out;
     void* base = MAP_FAILED;
     size_t total = 0;
+    std::string scratch_copy;
     try {
       json job = json::parse(body);
       Artifact art;
@@ -267,24 +364,98 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch) {
       }
       total = job.at("total_bytes").get<size_t>();
       auto offsets = job.at("offsets").get<std::vector<size_t>>();
-      if (fd < 0) throw Error("no tensor memory was passed to the worker");
-      base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (fds.empty()) throw Error("no tensor memory was passed to the worker");
+      base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
       if (base == MAP_FAILED) throw Error(std::string("worker mmap: ") + std::strerror(errno));
       for (const auto& g : job.at("guards"))
         mprotect(static_cast<char*>(base) + g.at(0).get<size_t>(), g.at(1).get<size_t>(), PROT_NONE);
       std::vector<void*> ptrs;
       for (size_t off : offsets) ptrs.push_back(static_cast<char*>(base) + off);
+      if (ctx.copy_artifact && !req.reference && fds.size() > 1) {
+        scratch_copy = copy_artifact(fds[1], job_no);
+        art.path = scratch_copy;
+      }
+      for (size_t k = 1; k < fds.size(); ++k) close(fds[k]);
+      fds.resize(1);
+      // Memory: this process's size now (its code, its tensors) plus the limit, plus room for
+      // thread stacks and malloc arenas (reserved address space, not memory); the pool watches
+      // the resident memory against the limit itself.
+      if (ctx.memory_limit_bytes > 0) {
+        const int64_t now = std::max(own_vm_bytes(), ctx.base_vm_bytes + static_cast<int64_t>(total));
+        const rlim_t want = static_cast<rlim_t>(now + ctx.memory_limit_bytes + ctx.memory_limit_bytes / 4 + (int64_t(1) << 30));
+        rlimit cur{};
+        getrlimit(RLIMIT_AS, &cur);
+        if (cur.rlim_max == RLIM_INFINITY || want <= cur.rlim_max) {
+          rlimit lim{want, want};
+          setrlimit(RLIMIT_AS, &lim);
+        }
+      }
       out = req.reference ? backend.time_reference(*req.reference, plan, ptrs, req)
                           : backend.execute(art, plan, ptrs, req, current_launch);
+    } catch (const std::bad_alloc&) {
+      out.verdict = Verdict::runtime_error;
+      out.message = "worker: out of memory";
     } catch (const std::exception& e) {
       out.verdict = Verdict::runtime_error;
       out.message = std::string("worker error: ") + e.what();
     }
+    if (ctx.memory_limit_bytes > 0 && out.verdict == Verdict::runtime_error &&
+        out.message.find("bad_alloc") != std::string::npos)
+      out.message += " (an allocation failed: the worker's memory limit is " + mb_text(ctx.memory_limit_bytes) +
+                     " beyond its tensors, env.worker_memory_mb)";
     if (base != MAP_FAILED) munmap(base, total);
-    if (fd >= 0) close(fd);
+    for (int fd : fds) close(fd);
+    if (!scratch_copy.empty()) unlink(scratch_copy.c_str());
     if (!send_frame(sock, outcome_to_json(out).dump())) return 1;
     if (backend.worker_must_exit()) return 0;  // e.g. a poisoned CUDA context
   }
+}
+
+int worker_process_main(const std::string& spec_json, int sock, int status_fd, const HostIsolation& host) {
+  std::atomic<int>* status = nullptr;
+  void* page = mmap(nullptr, kStatusPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, status_fd, 0);
+  close(status_fd);
+  if (page != MAP_FAILED) status = static_cast<std::atomic<int>*>(page);
+  json spec;
+  std::unique_ptr<Backend> backend;
+  json ready;
+  try {
+    spec = json::parse(spec_json);
+    backend = make_worker_backend(spec.at("backend").dump());
+  } catch (const std::exception& e) {
+    send_frame(sock, json{{"ok", false}, {"error", std::string("worker setup: ") + e.what()}}.dump());
+    return 3;
+  }
+  const SandboxMode mode = sandbox_mode_from_string(spec.at("mode").get<std::string>());
+  const std::string fs = spec.at("fs").get<std::string>();
+  WorkerContext ctx;
+  ctx.base_vm_bytes = own_vm_bytes();
+  ctx.memory_limit_bytes = spec.at("memory_mb").get<int64_t>() << 20;
+  AppliedSandbox applied;
+  if (mode != SandboxMode::off) {
+    ChildSandbox cs;
+    cs.fs = fs == "minimal" ? ChildSandbox::Fs::minimal : fs == "host_readonly" ? ChildSandbox::Fs::host_readonly
+                                                                                : ChildSandbox::Fs::none;
+    cs.no_processes = true;
+    cs.drop_privileges = spec.at("drop_privileges").get<bool>();
+    cs.scratch_mb = spec.at("scratch_mb").get<int64_t>();
+    cs.file_size_mb = spec.at("file_size_mb").get<int64_t>();
+    cs.open_files = spec.at("open_files").get<int64_t>();
+    applied = enter_child_sandbox(cs, host);
+    ctx.copy_artifact = applied.filesystem && cs.fs == ChildSandbox::Fs::minimal;
+  } else {
+    rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+  }
+  if (applied.filesystem) {
+    if (chdir("/tmp") != 0) applied.failed.push_back("chdir /tmp");
+  }
+  const bool ok = mode != SandboxMode::strict || applied.failed.empty();
+  std::string failed;
+  for (const auto& f : applied.failed) failed += (failed.empty() ? "" : "; ") + f;
+  if (!send_frame(sock, json{{"ok", ok}, {"error", failed}}.dump())) return 1;
+  if (!ok) return 3;
+  return worker_main(sock, *backend, status, ctx);
 }
 
 // ---- parent side ----------------------------------------------------------------------------
@@ -294,11 +465,25 @@ struct WorkerPool::Worker {
   int sock = -1;
   std::atomic<int>* current_launch = nullptr;  // in a shared page, written by the worker
   int jobs = 0;
+  bool zygote_child = false;  // reaped through the zygote (exec mode), else by waitpid here
 };
 
 WorkerPool::WorkerPool(std::shared_ptr<Backend> backend, PoolOptions options)
     : backend_(std::move(backend)), options_(options) {
   if (options_.workers < 1) options_.workers = 1;
+  if (backend_->name() == "cpu") memory_limit_mb_ = resolved_memory_mb(options_.sandbox.memory_mb);
+  if (options_.spawn == PoolOptions::Spawn::exec) {
+    const SandboxReport report = Zygote::shared().report();
+    if (options_.sandbox.mode == SandboxMode::strict && !report.complete())
+      throw Error("env.sandbox is strict, but this host lacks: " + [&] {
+        std::string m;
+        for (const auto& x : report.missing) m += (m.empty() ? "" : "; ") + x;
+        return m;
+      }());
+    static std::once_flag said;
+    if (options_.sandbox.mode != SandboxMode::off && !report.complete())
+      std::call_once(said, [&] { spdlog::warn("{} (env.sandbox: strict refuses to run so)", report.summary()); });
+  }
   for (int i = 0; i < options_.workers; ++i) {
     workers_.push_back(spawn());
     busy_.push_back(false);
@@ -310,73 +495,127 @@ WorkerPool::~WorkerPool() {
     if (w) retire(*w, true);
 }
 
-namespace {
-
-/// One process-wide thread that does every fork. PR_SET_PDEATHSIG fires when the *thread* that
-/// forked a child exits, not the process: a worker forked from a short-lived caller thread (a
-/// grading thread that calls run() and replaces a retired worker) would be SIGKILLed when that
-/// thread ends, possibly in the middle of another thread's job. This thread never exits.
-class Forker {
- public:
-  static Forker& get() {
-    static Forker* f = new Forker();  // never destroyed: the thread lives until the process ends
-    return *f;
-  }
-  template <class F>
-  auto run(F fn) -> decltype(fn()) {
-    auto task = std::make_shared<std::packaged_task<decltype(fn())()>>(std::move(fn));
-    auto fut = task->get_future();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.emplace_back([task] { (*task)(); });
-    }
-    cv_.notify_one();
-    return fut.get();
-  }
-
- private:
-  Forker() { std::thread([this] { loop(); }).detach(); }
-  void loop() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return !queue_.empty(); });
-        job = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-};
-
-}  // namespace
-
 std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn() {
-  return Forker::get().run([this] { return spawn_worker_process(); });
+  const auto t0 = Clock::now();
+  auto w = options_.spawn == PoolOptions::Spawn::exec ? spawn_from_zygote()
+                                                      : Forker::get().run([this] { return spawn_worker_process(); });
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  ++stats_.spawns;
+  stats_.spawn_s += std::chrono::duration<double>(Clock::now() - t0).count();
+  return w;
+}
+
+PoolStats WorkerPool::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+std::string WorkerPool::worker_spec() const {
+  const bool cpu = backend_->name() == "cpu";
+  const SandboxOptions& sb = options_.sandbox;
+  // cuda workers: the driver needs /dev, /proc and /sys, and maps large address ranges, so they
+  // see the host's tree read-only and keep their uid; the code they run is device code only.
+  return json{{"backend", json::parse(backend_->worker_spec())},
+              {"mode", to_string(sb.mode)},
+              {"fs", cpu ? "minimal" : "host_readonly"},
+              {"drop_privileges", cpu},
+              {"memory_mb", memory_limit_mb_},
+              {"scratch_mb", sb.scratch_mb},
+              {"file_size_mb", sb.file_size_mb},
+              {"open_files", cpu ? sb.open_files : std::max<int64_t>(sb.open_files, 65536)}}
+      .dump();
+}
+
+std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_from_zygote() {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    throw Error(std::string("worker socketpair: ") + std::strerror(errno));
+  int page_fd = memfd_create("leap-worker-status", MFD_CLOEXEC);
+  void* page = MAP_FAILED;
+  if (page_fd >= 0 && ftruncate(page_fd, kStatusPageBytes) == 0)
+    page = mmap(nullptr, kStatusPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+  if (page == MAP_FAILED) {
+    const int e = errno;
+    close(sv[0]);
+    close(sv[1]);
+    if (page_fd >= 0) close(page_fd);
+    throw Error(std::string("worker status page: ") + std::strerror(e));
+  }
+  auto* status = new (page) std::atomic<int>(-1);
+  new (memory_flag_of(status)) std::atomic<int>(0);
+  auto w = std::make_unique<Worker>();
+  w->sock = sv[0];
+  w->current_launch = status;
+  w->zygote_child = true;
+  try {
+    w->pid = Zygote::shared().spawn_worker(worker_spec(), sv[1], page_fd);
+  } catch (...) {
+    close(sv[1]);
+    close(page_fd);
+    retire(*w, true);
+    throw;
+  }
+  close(sv[1]);
+  close(page_fd);
+  // The worker says whether its sandbox is in place before it takes a job.
+  std::string ready;
+  Recv r = recv_frame(w->sock, ready, true, Clock::now() + std::chrono::seconds(60));
+  std::string why;
+  if (r != Recv::ok) {
+    why = "the worker did not start (no ready message)";
+  } else {
+    try {
+      json j = json::parse(ready);
+      if (!j.at("ok").get<bool>()) why = j.at("error").get<std::string>();
+    } catch (const std::exception& e) {
+      why = std::string("garbled ready message: ") + e.what();
+    }
+  }
+  if (!why.empty()) {
+    retire(*w, true);
+    throw Error("cannot start a sandboxed worker (env.sandbox: " + std::string(to_string(options_.sandbox.mode)) +
+                "): " + why);
+  }
+  return w;
+}
+
+int WorkerPool::wait_status(Worker& w) {
+  int st = 0;
+  if (w.pid <= 0) return st;
+  if (w.zygote_child) {
+    kill(-w.pid, SIGKILL);  // the whole process group: nothing the job started outlives it
+    kill(w.pid, SIGKILL);   // (no-op for a process that already died: its status is kept)
+    try {
+      st = Zygote::shared().wait(w.pid);
+    } catch (const std::exception&) {
+      st = 0;
+    }
+  } else {
+    reap(w.pid, &st);
+  }
+  w.pid = -1;
+  return st;
 }
 
 std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_worker_process() {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw Error(std::string("worker socketpair: ") + std::strerror(errno));
-  void* page = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* page = mmap(nullptr, kStatusPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) {
     close(sv[0]);
     close(sv[1]);
     throw Error(std::string("worker status mmap: ") + std::strerror(errno));
   }
   auto* status = new (page) std::atomic<int>(-1);
+  new (memory_flag_of(status)) std::atomic<int>(0);
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
     close(sv[0]);
     close(sv[1]);
-    munmap(page, sizeof(std::atomic<int>));
+    munmap(page, kStatusPageBytes);
     throw Error(std::string("cannot fork a worker: ") + std::strerror(e));
   }
   if (pid == 0) {
@@ -411,11 +650,10 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_worker_process() {
 void WorkerPool::retire(Worker& w, bool kill_first) {
   if (w.sock >= 0) close(w.sock);  // an idle worker exits on EOF
   if (w.pid > 0) {
-    if (kill_first) kill(w.pid, SIGKILL);
-    int st = 0;
-    reap(w.pid, &st);
+    if (kill_first && !w.zygote_child) kill(w.pid, SIGKILL);
+    wait_status(w);  // zygote children: the process group is killed in any case
   }
-  if (w.current_launch) munmap(w.current_launch, sizeof(std::atomic<int>));
+  if (w.current_launch) munmap(w.current_launch, kStatusPageBytes);
   w.sock = -1;
   w.pid = -1;
   w.current_launch = nullptr;
@@ -481,9 +719,25 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   const double timeout_s = options_.run_timeout_s > 0 && request.reference ? options_.run_timeout_s + kReferenceStartupS
                                                                            : options_.run_timeout_s;
 
+  // The artifact travels as an open file: a sandboxed worker sees no host path.
+  std::vector<int> attach{buffers.fd()};
+  int art_fd = -1;
+  if (w->zygote_child && !request.reference && !artifact.path.empty()) {
+    art_fd = open(artifact.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (art_fd >= 0) attach.push_back(art_fd);
+  }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) close(fd);
+    }
+  } close_art{art_fd};
+
   // A worker that died while idle (killed from outside) is replaced once before blaming the code.
+  const auto job_start = Clock::now();
   w->current_launch->store(-1);
-  if (!send_frame(w->sock, body, buffers.fd())) {
+  memory_flag_of(w->current_launch)->store(0);
+  if (!send_frame(w->sock, body, attach)) {
     retire(*w, true);
     ++replacements_;
     try {
@@ -492,7 +746,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       release(nullptr);
       throw;
     }
-    if (!send_frame(w->sock, body, buffers.fd())) {
+    if (!send_frame(w->sock, body, attach)) {
       retire(*w, true);
       release(nullptr);
       throw Error("cannot send a job to a fresh worker process");
@@ -503,13 +757,15 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   std::string reply;
   Recv r = Recv::ok;
   bool cpu_limited = false;  // the timeout, if any, was the CPU-time limit
-  if (timeout_s > 0) {
+  bool over_memory = false;  // the worker's own memory passed the limit
+  const int64_t memory_limit = memory_limit_mb_ << 20;
+  if (timeout_s > 0 || memory_limit > 0) {
     // Wait in slices of at most 50 ms, checking the limit between them.
     const auto start = Clock::now();
     auto after = [&](double s) {
       return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
     };
-    const double limit = timeout_s;
+    const double limit = timeout_s > 0 ? timeout_s : 1e9;  // none: about 30 years
     const double wall_cap = options_.cpu_time_limit ? std::max(3 * limit, limit + 30) : limit;
     const double cpu0 = options_.cpu_time_limit ? process_cpu_seconds(w->pid) : 0.0;
     for (;;) {
@@ -520,10 +776,19 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
         cpu_limited = true;
         break;
       }
+      if (memory_limit > 0 && process_private_bytes(w->pid) > memory_limit) {
+        over_memory = true;
+        break;
+      }
     }
     if (r == Recv::ok) r = recv_frame(w->sock, reply, true, Clock::now() + std::chrono::seconds(30));
   } else {
     r = recv_frame(w->sock, reply, false, Clock::now());
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    ++stats_.jobs;
+    stats_.job_s += std::chrono::duration<double>(Clock::now() - job_start).count();
   }
   bool dead = false;
   if (r == Recv::ok) {
@@ -534,6 +799,16 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       out.message = std::string("the worker's reply was garbled: ") + e.what();
       dead = true;
     }
+  } else if (r == Recv::timeout && over_memory) {
+    int running = w->current_launch->load();
+    kill(-w->pid, SIGKILL);
+    kill(w->pid, SIGKILL);
+    out.verdict = Verdict::runtime_error;
+    out.failed_launch = running;
+    out.message = "the code used more than " + std::to_string(memory_limit_mb_) +
+                  " MB of memory beyond its tensors (the worker's limit, env.worker_memory_mb) and was stopped" +
+                  launch_text(plan, running);
+    dead = true;
   } else if (r == Recv::timeout) {
     int running = w->current_launch->load();
     kill(w->pid, SIGKILL);
@@ -554,16 +829,17 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     dead = true;
   } else {
     int running = w->current_launch->load();
-    int st = 0;
     close(w->sock);
     w->sock = -1;
-    reap(w->pid, &st);
-    w->pid = -1;
+    const int st = wait_status(*w);
     out.verdict = Verdict::runtime_error;
     out.failed_launch = running;
-    if (WIFSIGNALED(st))
+    if (WIFSIGNALED(st)) {
       out.message = "the code crashed with " + signal_text(WTERMSIG(st)) + launch_text(plan, running);
-    else if (WIFEXITED(st))
+      if (memory_flag_of(w->current_launch)->load() != 0)
+        out.message += ", after its memory ran out: an allocation past the worker's memory limit of " +
+                       std::to_string(memory_limit_mb_) + " MB beyond its tensors (env.worker_memory_mb) returned NULL";
+    } else if (WIFEXITED(st))
       out.message = "the process exited with status " + std::to_string(WEXITSTATUS(st)) +
                     launch_text(plan, running) + " (the code must not call exit)";
     else

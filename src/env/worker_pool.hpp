@@ -1,17 +1,19 @@
 #pragma once
 // Worker processes that run generated code, so a crash or a hang costs one worker, never the run.
 //
-// Each worker is a child forked from the parent, talking over a unix socket pair: the parent
-// sends one job (artifact, bound launches, tensor layout as JSON) with the SharedBuffers memfd
-// attached (SCM_RIGHTS); the worker maps it, protects the guard pages, calls Backend::execute,
-// and answers with a JSON outcome. The parent waits with a wall-clock limit: past it, it kills
-// the worker (timeout); if the socket closes, it reaps the worker and reports the signal
-// (runtime_error). Either way a fresh worker replaces it. Workers die with the parent
-// (PR_SET_PDEATHSIG), write no core files, and have stdout/stderr on /dev/null.
+// Each worker is a child of the zygote (env/zygote.hpp: an exec-started `leap` with none of the
+// parent's memory and no CUDA state), sandboxed before it gets a job (env/sandbox.hpp), talking
+// over a unix socket pair: the parent sends one job (artifact, bound launches, tensor layout as
+// JSON) with the SharedBuffers memfd and the artifact's file attached (SCM_RIGHTS); the worker
+// maps the memfd, protects the guard pages, calls Backend::execute, and answers with a JSON
+// outcome. The parent waits with a limit (CPU or wall time) and watches the worker's resident
+// memory: past either, it kills the worker's process group (timeout, runtime_error); if the
+// socket closes, it asks the zygote for the exit status and reports the signal (runtime_error).
+// Either way a fresh worker replaces it. Workers die with the zygote, which dies with the parent
+// (PR_SET_PDEATHSIG); they write no core files and have stdout/stderr on /dev/null.
 //
-// fork() without exec is right for the cpu backend; a cuda backend must not fork a parent whose
-// CUDA context exists, so it will start workers by exec'ing `leap` with the socket fd instead
-// (worker_main below is the entry point either way).
+// PoolOptions::Spawn::fork keeps the older path (a plain fork of the parent, no sandbox) for comparison in
+// bench/env_cpu; it is not safe after the parent started CUDA and is never the default.
 #include <sys/types.h>
 
 #include <atomic>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "env/backend.hpp"
+#include "env/sandbox.hpp"
 #include "env/shared_buffers.hpp"
 
 namespace leap::env {
@@ -43,6 +46,29 @@ struct PoolOptions {
   /// Right for the cpu backend, whose candidates compute on the worker's CPU; not for cuda, where
   /// the host thread waits on the GPU.
   bool cpu_time_limit = false;
+  /// How workers start: exec (children of the zygote, sandboxed; the default) or fork (a plain
+  /// fork of this process, unsandboxed: only for comparisons).
+  enum class Spawn { exec, fork };
+  Spawn spawn = Spawn::exec;
+  /// The sandbox of every worker (exec mode). A cpu pool limits each worker's memory to
+  /// `sandbox.memory_mb` beyond its tensors; cuda workers get no memory limit (the driver maps
+  /// large address ranges).
+  SandboxOptions sandbox;
+};
+
+/// What a worker knows about its own sandbox (worker side of worker_main).
+struct WorkerContext {
+  bool copy_artifact = false;     ///< load the artifact from its fd via a scratch copy (no host paths)
+  int64_t memory_limit_bytes = 0; ///< memory beyond the tensors; 0 = none
+  int64_t base_vm_bytes = 0;      ///< the worker's address-space size before its first job
+};
+
+/// Cumulative costs of a pool (bench/env_cpu): starting workers, and jobs from send to reply.
+struct PoolStats {
+  int64_t spawns = 0;   ///< workers started (at construction and as replacements)
+  double spawn_s = 0;   ///< wall seconds spent starting them, summed over callers
+  int64_t jobs = 0;     ///< jobs run
+  double job_s = 0;     ///< wall seconds from sending a job to its outcome, summed
 };
 
 /// A pool of worker processes for one backend. Thread-safe: concurrent run() calls use
@@ -69,11 +95,16 @@ class WorkerPool {
   int replacements() const { return replacements_.load(); }
   /// Process ids of the current workers (for tests and diagnostics).
   std::vector<pid_t> pids() const;
+  /// Costs so far.
+  PoolStats stats() const;
 
  private:
   struct Worker;
-  std::unique_ptr<Worker> spawn();  ///< forks on a process-wide thread (see worker_pool.cpp)
+  std::unique_ptr<Worker> spawn();  ///< a zygote child, or a fork on the process-wide thread
   std::unique_ptr<Worker> spawn_worker_process();
+  std::unique_ptr<Worker> spawn_from_zygote();
+  std::string worker_spec() const;
+  int wait_status(Worker& w);  ///< reaps a dead (or killed) worker: its wait status
   void retire(Worker& w, bool kill_first);
 
   std::shared_ptr<Backend> backend_;
@@ -83,10 +114,13 @@ class WorkerPool {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> busy_;
   std::atomic<int> replacements_{0};
+  int64_t memory_limit_mb_ = 0;  ///< resolved limit of a cpu worker (0 = none)
+  mutable std::mutex stats_mutex_;
+  PoolStats stats_;
 };
 
 /// Worker side: serves jobs from `socket_fd` with `backend` until the socket closes; returns
-/// the process exit status. Called in a forked child (or, later, an exec'd `leap` process).
-int worker_main(int socket_fd, Backend& backend, std::atomic<int>* current_launch);
+/// the process exit status. Called in a child of the zygote (or a forked child in fork mode).
+int worker_main(int socket_fd, Backend& backend, std::atomic<int>* current_launch, const WorkerContext& context = {});
 
 }  // namespace leap::env

@@ -1,0 +1,60 @@
+#pragma once
+// Inside the zygote (env/zygote.cpp): the namespaces made once at its start, and the steps a
+// forked child applies to itself before it runs a job or execs the compiler. Not for other callers.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "env/sandbox.hpp"
+
+namespace leap::env {
+
+/// What the zygote set up for itself at start (make_host_isolation), and what its probe found to
+/// work (children attempt only those steps; probe_sandbox fills `filesystem_ok`, `seccomp_ok`).
+struct HostIsolation {
+  bool filesystem_ok = true;
+  bool seccomp_ok = true;
+  bool root = false;     ///< the zygote runs as root with CAP_SYS_ADMIN (no user namespace needed)
+  bool userns = false;   ///< the zygote made a user namespace (non-root host that allows one)
+  bool network = false;  ///< the zygote is in a fresh network namespace
+  std::string why_not;   ///< reason namespaces could not be made (empty when they could)
+};
+
+/// Unshares the zygote's network namespace (and, for a non-root user, a user namespace first).
+/// `mode == off` makes none. Never throws: what failed is in why_not.
+HostIsolation make_host_isolation(SandboxMode mode);
+
+/// The sandbox of one child of the zygote.
+struct ChildSandbox {
+  enum class Fs { none, minimal, host_readonly };
+  Fs fs = Fs::minimal;          ///< minimal root (cpu workers, compiles) or the host read-only (cuda)
+  bool no_processes = true;     ///< seccomp worker profile (no fork/exec...); false: network filter only
+  bool drop_privileges = true;  ///< uid/gid 65534 on a root host; no capabilities in a user namespace
+  std::string bind_rw_path;     ///< host folder mounted writable at /build (a compile's build folder)
+  std::vector<std::string> extra_ro;  ///< more host paths visible read-only at the same path
+  int64_t scratch_mb = 64;      ///< the /tmp tmpfs, MB
+  int64_t file_size_mb = 64;    ///< RLIMIT_FSIZE, MB
+  int64_t open_files = 256;     ///< RLIMIT_NOFILE
+  int64_t address_space_mb = 0; ///< RLIMIT_AS of the whole process, MB (compiles); 0 = none
+  double cpu_seconds = 0;       ///< RLIMIT_CPU backstop, s; 0 = none
+};
+
+/// What a child got (enter_child_sandbox).
+struct AppliedSandbox {
+  bool filesystem = false, seccomp = false, unprivileged = false;
+  std::vector<std::string> failed;  ///< one line per step that failed, with errno text
+};
+
+/// In a freshly forked child of the zygote: applies `spec` (mounts, privileges, limits, seccomp,
+/// in that order; seccomp last). A step that fails is skipped and listed. Never throws.
+AppliedSandbox enter_child_sandbox(const ChildSandbox& spec, const HostIsolation& host);
+
+/// The zygote's probe: forks a child that applies the full cpu-worker sandbox and reports what
+/// worked. Never throws.
+SandboxReport probe_sandbox(const HostIsolation& host, SandboxMode mode);
+
+/// Serialises a report for the zygote's hello message, and back.
+std::string report_to_json(const SandboxReport& r);
+SandboxReport report_from_json(const std::string& text);
+
+}  // namespace leap::env

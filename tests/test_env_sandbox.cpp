@@ -1,0 +1,359 @@
+// Tests of the sandboxed workers (src/env/sandbox.*, zygote.*, worker_pool.cpp): each protection is
+// shown by its effect on the host (a file that is not written, a connection that never arrives, a
+// read that fails, processes that are not left behind, memory that is not taken, a marker in the
+// parent's memory that the worker cannot see). Where it helps, the same candidate is also run
+// without the protection to show that the check can fail.
+#include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "env/binding.hpp"
+#include "env/cpu_backend.hpp"
+#include "env/launch_plan.hpp"
+#include "env/sandbox.hpp"
+#include "env/shared_buffers.hpp"
+#include "env/worker_pool.hpp"
+#include "env/zygote.hpp"
+#include "support.hpp"
+
+using namespace leap::env;
+namespace fs = std::filesystem;
+
+TEST_SUITE_BEGIN("env");
+
+namespace {
+
+// out[i] = a[i] + b[i] for i >= 2; out[0] and out[1] carry what the candidate observed.
+TaskInterface probe_task() {
+  TaskInterface t;
+  t.inputs = {{"a", DType::float32, {"N"}}, {"b", DType::float32, {"N"}}};
+  t.outputs = {{"c", DType::float32, {"N"}}};
+  t.sizes = {{"N", 64}};
+  return t;
+}
+
+const char* kPlan = "launches:\n  - kernel: probe\n    args: [a, b, c, N]\n";
+
+std::string probe_code(const std::string& includes, const std::string& body) {
+  return "#include <cstdint>\n#include <cstdio>\n#include <cstring>\n#include <cstdlib>\n#include <unistd.h>\n" + includes +
+         "\nextern \"C\" void probe(const float* a, const float* b, float* c, int64_t n) {\n"
+         "  for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];\n  float r0 = 0, r1 = 0;\n" +
+         body + "\n  c[0] = r0; c[1] = r1;\n}\n";
+}
+
+std::shared_ptr<CpuBackend> make_backend(const leap::test::TempDir& dir, SandboxMode mode = SandboxMode::auto_) {
+  CpuBackendOptions o;
+  o.cache_dir = (dir.path / "cache").string();
+  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
+  o.sandbox = mode;
+  return std::make_shared<CpuBackend>(o);
+}
+
+PoolOptions pool_options(SandboxMode mode, PoolOptions::Spawn spawn = PoolOptions::Spawn::exec) {
+  PoolOptions o;
+  o.workers = 1;
+  o.run_timeout_s = 20;
+  o.cpu_time_limit = true;
+  o.spawn = spawn;
+  o.sandbox.mode = mode;
+  o.sandbox.memory_mb = 512;
+  return o;
+}
+
+struct Observed {
+  RunOutcome outcome;
+  float r0 = NAN, r1 = NAN;
+};
+
+// Compiles `code`, runs it once in a fresh pool, returns the verdict and what it reported.
+Observed run_probe(const leap::test::TempDir& dir, const std::string& code, SandboxMode mode,
+                   PoolOptions::Spawn spawn = PoolOptions::Spawn::exec, int64_t memory_mb = 512) {
+  auto backend = make_backend(dir, mode);
+  TaskInterface task = probe_task();
+  LaunchPlan plan = parse_launch_plan(kPlan, task, backend->plan_options());
+  CompileOutcome c = backend->compile(code, plan);
+  REQUIRE_MESSAGE(c.ok, c.log);
+  BoundPlan bound = bind_plan(plan, task, backend->limits());
+  SharedBuffers buf(bound.tensors);
+  for (int i = 0; i < 64; ++i) {
+    buf.as<float>(0)[i] = static_cast<float>(i);
+    buf.as<float>(1)[i] = 1.0f;
+    buf.as<float>(2)[i] = NAN;
+  }
+  PoolOptions po = pool_options(mode, spawn);
+  po.sandbox.memory_mb = memory_mb;
+  Observed o;
+  {
+    WorkerPool pool(backend, po);
+    o.outcome = pool.run(c.artifact, bound, buf);
+  }
+  o.r0 = buf.as<float>(2)[0];
+  o.r1 = buf.as<float>(2)[1];
+  if (o.outcome.ok())
+    for (int i = 2; i < 64; ++i) REQUIRE(buf.as<float>(2)[i] == static_cast<float>(i) + 1.0f);
+  return o;
+}
+
+std::string marker() {
+  std::random_device rd;
+  return "leap-sbx-" + std::to_string(rd()) + std::to_string(getpid());
+}
+
+// Live (not zombie) processes whose command name is `comm`.
+int count_processes(const std::string& comm) {
+  int n = 0;
+  DIR* d = opendir("/proc");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) continue;
+    if (stat.substr(open + 1, close - open - 1) == comm && stat[close + 2] != 'Z') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+bool host_has(bool SandboxReport::*field) {
+  SandboxReport r = host_sandbox_report();
+  if (!(r.*field)) {
+    MESSAGE("LEAP-SKIP: this host lacks the protection: " << r.summary());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("env sandbox: the report names every protection and leap version prints it") {
+  SandboxReport r = host_sandbox_report();
+  CHECK(r.summary().rfind("sandbox: ", 0) == 0);
+  CHECK((r.complete() == r.missing.empty()));
+  auto v = leap::test::run_leap("version");
+  CHECK(v.rc == 0);
+  CHECK(v.out.find("sandbox: ") != std::string::npos);
+  // The zygote is an exec-started leap, not a fork of this process.
+  char buf[4096];
+  const pid_t z = Zygote::shared().pid();
+  ssize_t n = readlink(("/proc/" + std::to_string(z) + "/exe").c_str(), buf, sizeof buf - 1);
+  REQUIRE(n > 0);
+  CHECK(fs::path(std::string(buf, static_cast<size_t>(n))).filename() == "leap");
+}
+
+TEST_CASE("env sandbox: a candidate's writes outside its scratch folder do not happen") {
+  if (!host_has(&SandboxReport::filesystem)) return;
+  leap::test::TempDir dir;
+  const std::string m = marker();
+  const std::string in_tmp = "/tmp/" + m;
+  const std::string in_work = (fs::current_path() / m).string();
+  const std::string in_cache = (dir.path / "cache" / m).string();
+  // /tmp inside the sandbox is the job's scratch folder: a write there succeeds but never reaches
+  // the host's /tmp. The other two paths do not exist inside at all.
+  const std::string body = "  const char* paths[] = {\"" + in_work + "\", \"" + in_cache +
+                           "\"};\n"
+                           "  for (const char* p : paths) { FILE* f = fopen(p, \"w\"); if (f) { fputs(\"x\", f); fclose(f); r0 += 1; } }\n"
+                           "  FILE* t = fopen(\"" + in_tmp + "\", \"w\"); if (t) { fputs(\"x\", t); fclose(t); }\n"
+                           "  FILE* s = fopen(\"scratch-file\", \"w\"); if (s) { fputs(\"ok\", s); fclose(s); r1 = 1; }\n";
+  Observed o = run_probe(dir, probe_code("", body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);  // every write outside failed...
+  CHECK(o.r1 == 1);  // ...while the scratch folder is writable
+  CHECK(!fs::exists(in_tmp));
+  CHECK(!fs::exists(in_work));
+  CHECK(!fs::exists(in_cache));
+  // The same candidate without the sandbox does write (so the check above can fail).
+  Observed off = run_probe(dir, probe_code("", body), SandboxMode::off);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r0 >= 1);
+  CHECK(fs::exists(in_tmp));
+  fs::remove(in_tmp);
+  fs::remove(in_work);
+  fs::remove(in_cache);
+}
+
+TEST_CASE("env sandbox: a connection to a listener on 127.0.0.1 is never received") {
+  if (!host_has(&SandboxReport::network)) return;
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(ls >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(ls, 8) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const int port = ntohs(addr.sin_port);
+  const std::string body = "  int s = socket(AF_INET, SOCK_STREAM, 0);\n"
+                           "  if (s >= 0) { sockaddr_in a{}; a.sin_family = AF_INET; a.sin_port = htons(" +
+                           std::to_string(port) +
+                           ");\n"
+                           "    a.sin_addr.s_addr = htonl(0x7f000001);\n"
+                           "    if (connect(s, (sockaddr*)&a, sizeof a) == 0) { r0 = 1; write(s, \"hi\", 2); } close(s); }\n"
+                           "  else r1 = 1;\n";
+  auto accepted = [&] {
+    pollfd p{ls, POLLIN, 0};
+    if (poll(&p, 1, 300) <= 0) return false;
+    int c = accept(ls, nullptr, nullptr);
+    if (c >= 0) close(c);
+    return c >= 0;
+  };
+  leap::test::TempDir dir;
+  const std::string inc = "#include <sys/socket.h>\n#include <netinet/in.h>\n#include <arpa/inet.h>\n";
+  Observed o = run_probe(dir, probe_code(inc, body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  CHECK(!accepted());
+  Observed off = run_probe(dir, probe_code(inc, body), SandboxMode::off, PoolOptions::Spawn::fork);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r0 == 1);
+  CHECK(accepted());
+  close(ls);
+}
+
+TEST_CASE("env sandbox: reads of files outside the allowed set fail") {
+  if (!host_has(&SandboxReport::filesystem)) return;
+  leap::test::TempDir dir;
+  const std::string m = marker();
+  const std::string secret = dir.write("secret.txt", m);  // world-readable, in the test's folder
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(dir.path, fs::perms::all);
+  const std::string body = "  const char* paths[] = {\"" + secret +
+                           "\", \"/etc/shadow\", \"/etc/passwd\", \"" LEAP_SOURCE_DIR "/README.md\"};\n"
+                           "  for (const char* p : paths) { FILE* f = fopen(p, \"r\"); if (f) { char buf[16]; if (fread(buf, 1, 1, f) == 1) r0 += 1; fclose(f); } }\n"
+                           "  FILE* l = fopen(\"/etc/ld.so.cache\", \"r\"); if (l) { r1 = 1; fclose(l); }\n";
+  Observed o = run_probe(dir, probe_code("", body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  CHECK(o.r1 == 1);  // what the job needs (the loader's cache) is still there
+  Observed off = run_probe(dir, probe_code("", body), SandboxMode::off);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r0 >= 1);
+}
+
+TEST_CASE("env sandbox: a fork bomb starts no process and leaves none behind") {
+  if (!host_has(&SandboxReport::seccomp)) return;
+  leap::test::TempDir dir;
+  const std::string body =
+      "  for (int i = 0; i < 40; ++i) { pid_t p = fork(); if (p == 0) { prctl(PR_SET_NAME, \"leapbomb\"); sleep(600); _exit(0); }"
+      " if (p > 0) r0 += 1; }\n"
+      "  if (system(\"true\") == 0) r1 = 1;\n";
+  const std::string inc = "#include <sys/prctl.h>\n";
+  Observed o = run_probe(dir, probe_code(inc, body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);  // every fork was refused
+  CHECK(o.r1 == 0);
+  CHECK(count_processes("leapbomb") == 0);
+  // Without seccomp the forks happen, and the job's process group is still killed at its end.
+  Observed off = run_probe(dir, probe_code(inc, body), SandboxMode::off);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r0 == 40);
+  for (int i = 0; i < 50 && count_processes("leapbomb") > 0; ++i) usleep(20000);
+  CHECK(count_processes("leapbomb") == 0);
+}
+
+TEST_CASE("env sandbox: leap eval of a fork bomb leaves no process behind") {
+  leap::test::TempDir dir;
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n#include <unistd.h>\n#include <sys/prctl.h>\n"
+      "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+      "  for (int i = 0; i < 40; ++i) if (fork() == 0) { prctl(PR_SET_NAME, \"leapbomb2\"); sleep(600); _exit(0); }\n"
+      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0; }\n```\n"
+      "```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
+  dir.write("sol/relu/bomb.md", answer);
+  auto r = leap::test::run_leap("eval --tasks tasks/starter --solutions " + (dir.path / "sol").string() + " --db " +
+                                (dir.path / "db.sqlite").string() + " --set env.timing.trials=2 --set env.timing.warmup=0");
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("correct") != std::string::npos);
+  CHECK(count_processes("leapbomb2") == 0);
+}
+
+TEST_CASE("env sandbox: a memory hog gets runtime_error naming the limit") {
+  leap::test::TempDir dir;
+  // Touches 12 GB in 64 MB steps (not checking for NULL): stopped at the 512 MB limit, either by
+  // the pool's memory watch or by the crash that follows the first failed allocation.
+  const std::string chunks =
+      "  static char* volatile keep[192];\n"
+      "  for (int i = 0; i < 192; ++i) { char* p = (char*)malloc(64u << 20); keep[i] = p;\n"
+      "    for (unsigned j = 0; j < (64u << 20); j += 4096) ((volatile char*)p)[j] = 1; r0 += 1; }\n";
+  Observed o = run_probe(dir, probe_code("", chunks), SandboxMode::auto_, PoolOptions::Spawn::exec, 512);
+  CHECK(o.outcome.verdict == Verdict::runtime_error);
+  INFO(o.outcome.message);
+  CHECK(o.outcome.message.find("512 MB") != std::string::npos);
+  CHECK(o.outcome.message.find("env.worker_memory_mb") != std::string::npos);
+  // One allocation of 12 GB fails at once: new throws, and the message names the limit too.
+  const std::string big =
+      "  static char* volatile keep; char* p = new char[12ull << 30]; keep = p;\n"
+      "  for (unsigned long long i = 0; i < (12ull << 30); i += 4096) ((volatile char*)p)[i] = 1; r0 = keep[4096];\n";
+  Observed b = run_probe(dir, probe_code("", big), SandboxMode::auto_, PoolOptions::Spawn::exec, 512);
+  CHECK(b.outcome.verdict == Verdict::runtime_error);
+  INFO(b.outcome.message);
+  CHECK(b.outcome.message.find("memory limit is 512 MB") != std::string::npos);
+}
+
+TEST_CASE("env sandbox: a worker cannot read a marker placed in the parent's memory") {
+  // A page at a fixed address holds a marker. A forked worker inherits it at the same address;
+  // an exec-started one (a child of the zygote) has nothing there.
+  void* want = reinterpret_cast<void*>(0x6d5a00000000ULL);
+  void* page = mmap(want, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  REQUIRE(page == want);
+  const std::string m = marker();
+  std::memcpy(page, m.c_str(), m.size() + 1);
+  const std::string body = "  unsigned char v; void* p = (void*)0x6d5a00000000ULL;\n"
+                           "  if (mincore(p, 4096, &v) == 0 && std::strcmp((const char*)p, \"" + m + "\") == 0) r0 = 1;\n";
+  const std::string inc = "#include <sys/mman.h>\n";
+  leap::test::TempDir dir;
+  Observed o = run_probe(dir, probe_code(inc, body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  Observed forked = run_probe(dir, probe_code(inc, body), SandboxMode::off, PoolOptions::Spawn::fork);
+  REQUIRE(forked.outcome.ok());
+  CHECK(forked.r0 == 1);
+  munmap(page, 4096);
+}
+
+TEST_CASE("env sandbox: the compiler cannot include files outside the system headers") {
+  if (!host_has(&SandboxReport::filesystem)) return;
+  leap::test::TempDir dir;
+  const std::string m = marker();
+  const std::string secret = dir.write("secret.h", "#error " + m + "\n");
+  fs::permissions(secret, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  auto backend = make_backend(dir);
+  TaskInterface task = probe_task();
+  LaunchPlan plan = parse_launch_plan(kPlan, task, backend->plan_options());
+  CompileOutcome c = backend->compile("#include \"" + secret + "\"\n" + probe_code("", ""), plan);
+  CHECK(!c.ok);
+  CHECK(c.log.find(m) == std::string::npos);  // the file's text never reaches the feedback
+  CHECK(c.log.find("No such file") != std::string::npos);
+  // System headers still work: a correct answer compiles.
+  CompileOutcome ok = backend->compile(probe_code("#include <vector>\n#include <cmath>\n", ""), plan);
+  CHECK_MESSAGE(ok.ok, ok.log);
+}
+
+TEST_CASE("env sandbox: strict refuses a host without every protection, auto runs") {
+  SandboxReport r = host_sandbox_report();
+  leap::test::TempDir dir;
+  auto backend = make_backend(dir);
+  PoolOptions po = pool_options(SandboxMode::strict);
+  if (r.complete()) {
+    WorkerPool pool(backend, po);  // starts
+    CHECK(pool.pids().size() == 1);
+  } else {
+    CHECK_THROWS_WITH_AS(WorkerPool(backend, po), doctest::Contains("env.sandbox is strict"), leap::Error);
+  }
+}
