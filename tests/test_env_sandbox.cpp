@@ -184,6 +184,7 @@ TEST_CASE("env sandbox: a candidate's writes outside its scratch folder do not h
   fs::remove(in_tmp);
   fs::remove(in_work);
   fs::remove(in_cache);
+  fs::remove(fs::current_path() / "scratch-file");  // unsandboxed, the worker's cwd is this process's
 }
 
 TEST_CASE("env sandbox: a connection to a listener on 127.0.0.1 is never received") {
