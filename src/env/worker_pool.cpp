@@ -487,12 +487,62 @@ WorkerPool::WorkerPool(std::shared_ptr<Backend> backend, PoolOptions options)
   for (int i = 0; i < options_.workers; ++i) {
     workers_.push_back(spawn());
     busy_.push_back(false);
+    refill_.push_back(false);
   }
+  refill_thread_ = std::thread([this] { refill_loop(); });
 }
 
 WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  refill_cv_.notify_all();
+  if (refill_thread_.joinable()) refill_thread_.join();
   for (auto& w : workers_)
     if (w) retire(*w, true);
+  for (auto& w : spares_)
+    if (w) retire(*w, true);
+}
+
+void WorkerPool::refill_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  bool spawn_failed = false;  // stop making spares after a failure (run() reports it)
+  for (;;) {
+    size_t slot = refill_.size();
+    refill_cv_.wait(lock, [&] {
+      if (stopping_) return true;
+      for (size_t i = 0; i < refill_.size(); ++i)
+        if (refill_[i] && !busy_[i]) return slot = i, true;
+      return !spawn_failed && spares_.size() < workers_.size();
+    });
+    if (stopping_) return;
+    if (slot < refill_.size() && !spares_.empty()) {  // a spare fills the slot at once
+      workers_[slot] = std::move(spares_.front());
+      spares_.pop_front();
+      refill_[slot] = false;
+      idle_cv_.notify_all();
+      continue;
+    }
+    if (slot < refill_.size()) busy_[slot] = true;
+    lock.unlock();
+    std::unique_ptr<Worker> w;
+    try {
+      w = spawn();
+    } catch (...) {
+      // Left empty: the next run() on this slot starts one itself (and reports the error).
+    }
+    lock.lock();
+    spawn_failed = !w;
+    if (slot < refill_.size()) {
+      workers_[slot] = std::move(w);
+      busy_[slot] = false;
+      refill_[slot] = false;
+      idle_cv_.notify_all();
+    } else if (w) {
+      spares_.push_back(std::move(w));
+    }
+  }
 }
 
 std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn() {
@@ -649,9 +699,19 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_worker_process() {
 
 void WorkerPool::retire(Worker& w, bool kill_first) {
   if (w.sock >= 0) close(w.sock);  // an idle worker exits on EOF
-  if (w.pid > 0) {
-    if (kill_first && !w.zygote_child) kill(w.pid, SIGKILL);
-    wait_status(w);  // zygote children: the process group is killed in any case
+  if (w.pid > 0 && w.zygote_child) {
+    // The whole process group, in any case: nothing the job started outlives it. Its status is
+    // not needed (a crash was reaped by wait_status already), so the zygote reaps it later.
+    kill(-w.pid, SIGKILL);
+    kill(w.pid, SIGKILL);
+    try {
+      Zygote::shared().release(w.pid);
+    } catch (const std::exception&) {
+    }
+    w.pid = -1;
+  } else if (w.pid > 0) {
+    if (kill_first) kill(w.pid, SIGKILL);
+    wait_status(w);
   }
   if (w.current_launch) munmap(w.current_launch, kStatusPageBytes);
   w.sock = -1;
@@ -660,7 +720,13 @@ void WorkerPool::retire(Worker& w, bool kill_first) {
 }
 
 std::vector<pid_t> WorkerPool::pids() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Waits for replacements in progress, so the answer lists every slot's worker.
+  idle_cv_.wait(lock, [&] {
+    for (size_t i = 0; i < refill_.size(); ++i)
+      if (refill_[i] || busy_[i]) return false;
+    return true;
+  });
   std::vector<pid_t> out;
   for (const auto& w : workers_)
     if (w) out.push_back(w->pid);
@@ -671,20 +737,33 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
                            const RunRequest& request) {
   size_t slot = 0;
   {
+    const auto wait_start = Clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
+    // A ready worker first; else a slot that no replacement is pending for (started here).
     idle_cv_.wait(lock, [&] {
       for (size_t i = 0; i < busy_.size(); ++i)
-        if (!busy_[i]) return slot = i, true;
+        if (!busy_[i] && workers_[i]) return slot = i, true;
+      for (size_t i = 0; i < busy_.size(); ++i)
+        if (!busy_[i] && !refill_[i]) return slot = i, true;
       return false;
     });
     busy_[slot] = true;
+    std::lock_guard<std::mutex> slock(stats_mutex_);
+    stats_.wait_s += std::chrono::duration<double>(Clock::now() - wait_start).count();
   }
-  // Returns the slot (with a live worker, or empty if none could be started) to the pool.
-  auto release = [&](std::unique_ptr<Worker> w) {
+  // Returns the slot to the pool: with a live worker, or empty for the background thread to
+  // fill (`refill`), or empty for the next run() to fill.
+  auto release = [&](std::unique_ptr<Worker> w, bool refill = false) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!w && refill && !spares_.empty()) {  // a ready spare takes the retired worker's place
+      w = std::move(spares_.front());
+      spares_.pop_front();
+    }
     workers_[slot] = std::move(w);
     busy_[slot] = false;
-    idle_cv_.notify_one();
+    refill_[slot] = refill && !workers_[slot];
+    idle_cv_.notify_all();
+    refill_cv_.notify_one();  // a slot to fill, or a spare to replace
   };
   std::unique_ptr<Worker> w;
   {
@@ -851,11 +930,8 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     retire(*w, true);
     ++replacements_;
     w.reset();
-    try {
-      w = spawn();
-    } catch (...) {
-      // Left empty: the next run() on this slot tries again.
-    }
+    release(nullptr, true);  // replaced in the background: the caller goes on at once
+    return out;
   }
   release(std::move(w));
   return out;

@@ -18,8 +18,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "env/backend.hpp"
@@ -66,7 +68,8 @@ struct WorkerContext {
 /// Cumulative costs of a pool (bench/env_cpu): starting workers, and jobs from send to reply.
 struct PoolStats {
   int64_t spawns = 0;   ///< workers started (at construction and as replacements)
-  double spawn_s = 0;   ///< wall seconds spent starting them, summed over callers
+  double spawn_s = 0;   ///< wall seconds spent starting them (mostly on a background thread)
+  double wait_s = 0;    ///< wall seconds run() waited for a worker to be ready (on the caller's path)
   int64_t jobs = 0;     ///< jobs run
   double job_s = 0;     ///< wall seconds from sending a job to its outcome, summed
 };
@@ -110,9 +113,19 @@ class WorkerPool {
   std::shared_ptr<Backend> backend_;
   PoolOptions options_;
   mutable std::mutex mutex_;
-  std::condition_variable idle_cv_;
+  mutable std::condition_variable idle_cv_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<bool> busy_;
+  /// Slots whose retired worker a background thread is replacing (run() returns without waiting
+  /// for the new process; the next job finds it ready).
+  std::vector<bool> refill_;
+  /// Ready workers kept in reserve (as many as there are slots), started by the background
+  /// thread, so a retired worker's slot is filled at once.
+  std::deque<std::unique_ptr<Worker>> spares_;
+  void refill_loop();
+  std::thread refill_thread_;
+  std::condition_variable refill_cv_;
+  bool stopping_ = false;
   std::atomic<int> replacements_{0};
   int64_t memory_limit_mb_ = 0;  ///< resolved limit of a cpu worker (0 = none)
   mutable std::mutex stats_mutex_;

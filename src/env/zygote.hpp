@@ -60,6 +60,10 @@ class Zygote {
   /// its wait status; `*maxrss_kb` (if given) gets its peak resident memory. Throws leap::Error.
   int wait(pid_t pid, long* maxrss_kb = nullptr);
 
+  /// Forgets child `pid` (which the caller killed and whose status it does not need): the zygote
+  /// reaps it in the background. Throws leap::Error.
+  void release(pid_t pid);
+
   /// The zygote's own pid (tests).
   pid_t pid();
 
