@@ -140,6 +140,11 @@ void set_lease(store::Store& db, const std::string& run, const std::string& host
   st.run();
 }
 
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
 }  // namespace
 
 TEST_CASE("reliability: --resume of a run whose writer lives is refused naming the pid; a stale lease is taken over") {
@@ -372,4 +377,123 @@ TEST_CASE("reliability: write_file_atomic keeps the old file on a failed write a
   if (child == 0) _exit(0);
   waitpid(child, nullptr, 0);
   CHECK_FALSE(util::process_start_time(child).has_value());
+}
+
+TEST_CASE("reliability: a config folder, an empty config and a bad split exit 2 naming the file and key") {
+  test::TempDir dir;
+  auto r = test::run_leap("train " + dir.path.string());
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, dir.path.string()));
+  CHECK(has(r.err, "is a folder"));
+  const std::string empty = dir.write("empty.yaml", "");
+  r = test::run_leap("train " + empty);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, empty + ": the config file is empty"));
+  const std::string comments = dir.write("comments.yaml", "# nothing but a comment\n\n");
+  r = test::run_leap("train " + comments);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, comments + ": the config file is empty"));
+  const std::string bad = dir.write("bad.yaml", "tasks:\n  eval_split: nosuchsplit\n");
+  r = test::run_leap("train " + bad);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, bad));
+  CHECK(has(r.err, "tasks.eval_split"));
+  CHECK(has(r.err, "nosuchsplit"));
+  r = test::run_leap("train " + bad + " --print-config");
+  CHECK(r.rc == 2);
+}
+
+TEST_CASE("reliability: leap tasks validate shows each task.yaml's load error also when no task loads") {
+  test::TempDir dir;
+  const std::string a = dir.write("set/alpha/task.yaml", "name: alpha\nlevel: [oops\n");
+  const std::string b = dir.write("set/beta/task.yaml", "name: beta\nnosuchkey: 1\n");
+  auto r = test::run_leap("tasks validate " + (dir.path / "set").string());
+  CHECK(r.rc != 0);
+  const std::string all = r.out + r.err;
+  CHECK(has(all, "none of its 2 task folders loads"));
+  CHECK(has(all, a));
+  CHECK(has(all, b));
+  CHECK(all.find("no task folders") == std::string::npos);
+}
+
+TEST_CASE("reliability: leap eval --format json with invalid UTF-8 in an answer prints JSON and stores the row whole") {
+  test::TempDir dir;
+  // A byte that is not UTF-8 in the answer's plan and in its file name (which the JSON shows).
+  dir.write("answers/relu/a\xff.md", "```cpp\nvoid k(float* y) {}\n```\n```yaml\nlaunches:\n  - kernel: k\xff\xfe\n    args: [y]\n```\n");
+  const std::string dbp = (dir.path / "leap.db").string();
+  auto r = test::run_leap("eval --tasks tasks/starter --solutions " + (dir.path / "answers").string() +
+                          " --format json --db " + dbp);
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  nlohmann::json js = nlohmann::json::parse(r.out);  // valid JSON (bytes replaced)
+  REQUIRE(js["results"].size() == 1);
+  CHECK(js["results"][0]["verdict"] == "format_error");
+  store::Store db(dbp);
+  CHECK(db.count_rows("evaluations") == 1);
+  CHECK(db.count_rows("eval_results") == 1);
+}
+
+TEST_CASE("reliability: env.compile_cache false with a quote in TMPDIR removes the folder and runs no command") {
+  test::TempDir dir;
+  const fs::path tmp = dir.path / "t'; touch pwned; '";
+  fs::create_directories(tmp);
+  dir.write("answers/relu/a.md", "no blocks at all\n");
+  // leap is started without a shell, with TMPDIR set for it alone, from `dir`.
+  const std::string leap = test::leap_binary(), answers = (dir.path / "answers").string(),
+                    dbp = (dir.path / "leap.db").string(), tmpdir = "TMPDIR=" + tmp.string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(dir.path.c_str()) != 0) _exit(126);
+    std::freopen("/dev/null", "w", stdout);
+    std::vector<std::string> args = {leap, "eval", "--tasks", kStarter, "--solutions", answers, "--set",
+                                     "env.compile_cache=false", "--db", dbp};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> envs = {tmpdir, "PATH=" + env_or_empty("PATH"), "HOME=" + env_or_empty("HOME")};
+    std::vector<char*> envp;
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    execve(leap.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(fs::exists(dir.path / "pwned"));  // where leap ran
+  CHECK_FALSE(fs::exists(tmp / "pwned"));
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(tmp)) left += e.path().filename().string().rfind("leap-nocache-", 0) == 0;
+  CHECK(left == 0);
+  store::Store db(dbp);
+  CHECK(db.count_rows("eval_results") == 1);  // it did run, with its temporary compile folder
+}
+
+TEST_CASE("reliability: leap report and leap export read a store on a read-only mount") {
+  // A read-only bind mount needs a mount namespace (root, or an unprivileged user namespace).
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0 && std::system("unshare -rm true >/dev/null 2>&1") != 0) {
+    MESSAGE("LEAP-SKIP: no mount namespace here (unshare -m / -rm fail), so no read-only mount to test");
+    return;
+  }
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  const fs::path ro = dir.path / "ro";
+  fs::create_directories(ro);
+  std::string run;
+  {
+    store::Store db(ro / "leap.db");
+    RuleGrader g;
+    run = train_run(exp, db, g, dir.path / "results").run_id;
+  }
+  CHECK_FALSE(fs::exists(ro / "leap.db-wal"));
+  const std::string unshare = std::system("unshare -m true >/dev/null 2>&1") == 0 ? "unshare -m" : "unshare -rm";
+  const std::string leap = test::leap_binary();
+  const std::string db = (ro / "leap.db").string();
+  auto r = test::run_leap("--version >/dev/null; " + unshare + " sh -c \"mount --bind -o ro '" + ro.string() + "' '" +
+                          ro.string() + "' && touch '" + ro.string() + "/probe' 2>/dev/null; test ! -e '" +
+                          ro.string() + "/probe' && '" + leap + "' report --db '" + db + "' --format md && '" + leap +
+                          "' export --db '" + db + "' --run " + run + "\"");
+  CHECK_MESSAGE(r.rc == 0, r.err);
+  CHECK(has(r.out, run));
+  CHECK(r.err.find("unable to open") == std::string::npos);
 }
