@@ -186,7 +186,7 @@ TEST_CASE("store: migration from empty to v1 creates every table") {
   CHECK(fs::exists(path));
   Database& db = store.db();
   CHECK(db.user_version() == kSchemaVersion);
-  CHECK(kSchemaVersion == 2);
+  CHECK(kSchemaVersion == 3);
   CHECK(scalar_int(db, "PRAGMA application_id") == kApplicationId);
   CHECK(scalar_text(db, "PRAGMA journal_mode") == "wal");
   CHECK(scalar_int(db, "PRAGMA foreign_keys") == 1);
@@ -260,7 +260,7 @@ TEST_CASE("store: migration steps apply in order, each in its own transaction") 
   CHECK_THROWS_AS(Store(tmp.file()), leap::StoreError);
 }
 
-TEST_CASE("store: a v1 database is upgraded to v2 (eval_results.suspicious) with its rows kept") {
+TEST_CASE("store: a v1 database is upgraded to v2 (eval_results.suspicious) and v3 (run lease) with its rows kept") {
   TempDir tmp;
   {
     Database db(tmp.file(), OpenOptions{.migrate = false});
@@ -277,7 +277,7 @@ TEST_CASE("store: a v1 database is upgraded to v2 (eval_results.suspicious) with
     CHECK_FALSE(in.attempts[0].suspicious);
   }
   Store store(tmp.file());
-  CHECK(store.db().user_version() == 2);
+  CHECK(store.db().user_version() == 3);
   CHECK(store.count_rows("eval_results") == 1);
   CHECK(scalar_int(store.db(), "SELECT suspicious FROM eval_results") == 0);
   CHECK_THROWS_AS(store.db().exec("UPDATE eval_results SET suspicious = 2"), leap::StoreError);
@@ -788,3 +788,57 @@ TEST_CASE("store: docs/schema.md example queries run") {
 }
 
 TEST_SUITE_END();
+
+TEST_CASE("store: a v2 store (runs without a lease) is readable read-only and takes a lease after migrating") {
+  TempDir tmp;
+  {
+    Database db(tmp.file(), OpenOptions{.migrate = false});
+    migrate(db, {migrations()[0], migrations()[1]});
+    REQUIRE(db.user_version() == 2);
+    db.exec("INSERT INTO runs (id, name, kind, config_yaml, config_hash, seed, git_commit, hostname, started_at) "
+            "VALUES ('r1', 'n', 'train', '', '', 1, '', 'h', 1.0)");
+  }
+  {
+    Store ro(tmp.file(), OpenOptions{.read_only = true});
+    CHECK(ro.db().user_version() == 2);  // read as it is
+    REQUIRE(ro.get_run("r1").has_value());
+    CHECK(ro.get_run("r1")->status == RunStatus::running);
+  }
+  Store store(tmp.file());
+  CHECK(store.db().user_version() == 3);
+  CHECK_FALSE(store.get_lease("r1").has_value());
+  leap::store::RunLease me{"h", 7, 5.0, 0};
+  CHECK_FALSE(store.acquire_lease("r1", me, [](const leap::store::RunLease&) { return std::optional<std::string>(); })
+                  .has_value());
+  CHECK(store.get_lease("r1")->pid == 7);
+  store.finish_run("r1", RunStatus::failed);
+  CHECK_FALSE(store.get_lease("r1").has_value());
+}
+
+TEST_CASE("store: write_evaluation writes the evaluation, its results and metrics in one transaction") {
+  TempDir tmp;
+  Store store(tmp.file());
+  leap::store::RunInfo ri;
+  ri.name = "n";
+  const auto run = store.create_run(ri);
+  EvaluationInfo info;
+  info.run_id = run;
+  info.step = 4;
+  info.bench = "b";
+  EvalResultRecord r;
+  r.task = {"s", "t", std::nullopt, std::nullopt, "h"};
+  r.verdict = "correct";
+  EvalResultRecord r2 = r;
+  r2.sample = 1;
+  const auto id = store.write_evaluation(info, {r, r2}, {{"eval/acc@1", 0.5, std::nullopt}});
+  CHECK(id > 0);
+  CHECK(store.has_evaluation(run, 4));
+  CHECK_FALSE(store.has_evaluation(run, 3));
+  CHECK(store.count_rows("eval_results") == 2);
+  CHECK(store.metric_at(run, "eval/acc@1", 4) == doctest::Approx(0.5));
+  // A failing row (an unknown run for the metrics) leaves nothing at all.
+  info.run_id = "no-such-run";
+  CHECK_THROWS_AS(store.write_evaluation(info, {r}, {{"eval/acc@1", 0.5, std::nullopt}}), leap::StoreError);
+  CHECK(store.count_rows("evaluations") == 1);
+  CHECK(store.count_rows("eval_results") == 2);
+}

@@ -12,17 +12,14 @@
 #endif
 #include "rl/grader.hpp"
 #include "util/error.hpp"
+#include "util/fs.hpp"
 
 namespace leap::cli {
 
 Environment::~Environment() {
   verifier.reset();
   pool.reset();
-  if (temp_cache && !cache_dir.empty()) {
-    std::string cmd = "rm -rf '" + cache_dir + "'";
-    if (std::system(cmd.c_str()) != 0) {
-    }
-  }
+  if (temp_cache && !cache_dir.empty()) util::remove_tree(cache_dir);  // no shell: the path is outside text
 }
 
 env::VerifierOptions verifier_options(const config::EnvConfig& e) {

@@ -100,8 +100,8 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
                              {"cpu_threads", exp.env.cpu.threads}};
   store::EvaluationInfo info;
   info.bench = set.name;
-  info.settings_json = settings.dump();
-  const int64_t eval_id = st.create_evaluation(info);
+  // Text from outside (paths, answers, feedback) may hold invalid UTF-8: replaced (U+FFFD) in JSON.
+  info.settings_json = settings.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::vector<store::EvalResultRecord> recs;
   std::map<std::string, int64_t> sample_of;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -119,7 +119,8 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
     r.suspicious = results[i].suspicious;
     recs.push_back(r);
   }
-  st.add_eval_results(eval_id, recs);
+  // The evaluation row and its results in one transaction: whole or not at all.
+  const int64_t eval_id = st.write_evaluation(info, recs);
 
   // Benchmark metrics over every task of the set (a task without an answer counts as a failure).
   report::MetricsInput mi;
@@ -152,7 +153,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
     }
     nlohmann::json out = {{"evaluation_id", eval_id}, {"bench", set.name}, {"backend", backend}, {"results", rows},
                           {"counts", counts}, {"metrics", report::metrics_json(metrics)}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     size_t wt = 4, wf = 4;
     for (const auto& j : jobs) {

@@ -51,17 +51,30 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
       // A resumed run keeps its stored config; --set and the config file are not applied (the
       // file's dist: keys set up the process group, then rank 0 sends the stored config).
       std::string yaml;
+      std::string finished;  // rank 0: the message for a run that has already finished
       if (rdv.rank == 0) {
         store::Store db(g.db);
         auto row = db.get_run(o->resume);
         if (!row) throw UsageError("--resume: no run '" + o->resume + "' in " + g.db);
         yaml = row->config_yaml;
+        if (row->status == store::RunStatus::finished && !o->print_config) {
+          const auto ck = db.latest_checkpoint(row->id);
+          finished = "run " + row->id + " has already finished (" +
+                     std::to_string(db.last_completed_step(row->id).value_or(0)) + " steps" +
+                     (ck ? ", checkpoint " + ck->path : std::string()) + "); nothing to resume, nothing changed\n" +
+                     "next: leap report --db " + g.db + " --runs " + row->id + "\n";
+          yaml.clear();  // tells the other ranks (data parallel) to stop too
+        }
       }
       if (rdv.world_size > 1 && !o->print_config) {
         const auto file = config::load_experiment(o->config, o->sets);
         const bool cuda = file.model.device == "cuda" || (file.model.device == "auto" && torch::cuda::is_available());
         group = dist::ProcessGroup::create(rdv, dist::resolve_backend(file.dist.backend, cuda), file.dist.timeout_s);
         yaml = group->broadcast_bytes(yaml, 0);
+      }
+      if (yaml.empty()) {  // a finished run: a no-op, exit 0
+        std::cout << finished;
+        return 0;
       }
       exp = config::parse_experiment(yaml, "run " + o->resume + " (stored config)");
       source = o->config;
@@ -91,19 +104,29 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     if (rdv.rank == 0) ctx.device_info = describe_devices(exp, cuda, rdv.local_rank);
     const auto s = rl::train(exp, ctx);
     if (rdv.rank != 0) return 0;  // rank 0 prints the summary
+    if (s.already_finished) {
+      std::cout << "run " << s.run_id << " has already finished (" << s.steps
+                << " steps); nothing to resume, nothing changed\n";
+      return 0;
+    }
+    // A resume after the last step (only the final evaluation was left) ran no training step.
+    const bool trained = s.first_step <= s.steps;
     auto fig = [](double v) { return v == v ? fmt::format("{:.3f}", v) : std::string("n/a"); };
     auto steps_label = [&](int64_t from) {  // "steps 1-2" (a window), "step 7" (one step)
       return s.window > 1 ? fmt::format("steps {}-{}", from, from + s.window - 1) : fmt::format("step {}", from);
     };
     std::cout << "\nrun " << s.run_id << " finished: " << s.steps << " steps in " << fmt::format("{:.0f}", s.seconds)
               << " s\n"
-              << (exp.reward.kind == "rank"
+              << (!trained ? "  training           all " + std::to_string(s.steps) +
+                                 " steps were done before this resume; it completed the final evaluation\n"
+                  : exp.reward.kind == "rank"
                       ? std::string("  mean reward        0 in every group by construction (rank reward: (wins - "
                                     "losses) / (G - 1))\n")
                       : "  mean reward        " + steps_label(s.first_step) + ": " + fig(s.reward_first) + "   " +
                             steps_label(s.steps - s.window + 1) + ": " + fig(s.reward_last) + "\n")
-              << "  train acc@1        " << steps_label(s.first_step) << ": " << fig(s.train_acc1_first) << "   "
-              << steps_label(s.steps - s.window + 1) << ": " << fig(s.train_acc1_last) << "\n"
+              << (trained ? "  train acc@1        " + steps_label(s.first_step) + ": " + fig(s.train_acc1_first) +
+                                "   " + steps_label(s.steps - s.window + 1) + ": " + fig(s.train_acc1_last) + "\n"
+                          : std::string())
               << "  eval acc@1         start: " << fig(s.acc1_start) << "   end: " << fig(s.acc1_end) << "   ("
               << exp.tasks.eval_split << " split, temperature " << exp.eval.temperature << ")\n"
               << "  eval acc@" << exp.eval.turns << "         start: " << fig(s.accT_start) << "   end: " << fig(s.accT_end)

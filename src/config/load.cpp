@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <fmt/format.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -275,11 +276,27 @@ Experiment parse_experiment(const std::string& text, const std::string& source,
 }
 
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(fmt::format("{}: is a folder, not a config file (give an experiment YAML, e.g. "
+                                  "configs/quickstart.yaml)", path));
   std::ifstream in(path);
   if (!in) throw ConfigError(fmt::format("{}: cannot read the config file", path));
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_experiment(ss.str(), path, overrides);
+  if (in.bad()) throw ConfigError(fmt::format("{}: cannot read the config file", path));
+  const std::string text = ss.str();
+  // Nothing but blanks and comments: almost surely a wrong or truncated file, not "all defaults".
+  bool content = false;
+  std::istringstream lines(text);
+  for (std::string line; !content && std::getline(lines, line);) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    content = first != std::string::npos && line[first] != '#';
+  }
+  if (!content)
+    throw ConfigError(fmt::format("{}: the config file is empty (no keys; write at least the keys that differ "
+                                  "from the defaults, see configs/reference.yaml)", path));
+  return parse_experiment(text, path, overrides);
 }
 
 std::string to_yaml(const Experiment& exp_in, bool comments) {

@@ -10,7 +10,8 @@
 namespace leap::config {
 
 /// Reads `path` and applies `overrides` ("key.path=value", the value parsed as YAML) in order,
-/// then validates. Throws ConfigError for a missing or unreadable file, YAML syntax, an unknown
+/// then validates. Throws ConfigError (exit 2) for a missing or unreadable file, a folder, a file
+/// with no keys (empty or only comments), YAML syntax, an unknown
 /// key, a wrong type, an out-of-range value or an inconsistent combination.
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides = {});
 

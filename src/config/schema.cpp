@@ -57,9 +57,9 @@ std::vector<Field> build() {
   // tasks
   s.push_back(F("tasks.dir", FT::String, member(&E_::tasks, &TasksConfig::dir),
                 "task-set folder: task folders plus an optional set.yaml"));
-  s.push_back(F("tasks.train_split", FT::String, member(&E_::tasks, &TasksConfig::train_split),
+  s.push_back(E("tasks.train_split", {"train", "eval", "all"}, member(&E_::tasks, &TasksConfig::train_split),
                 "split whose tasks are rolled out for training"));
-  s.push_back(F("tasks.eval_split", FT::String, member(&E_::tasks, &TasksConfig::eval_split),
+  s.push_back(E("tasks.eval_split", {"train", "eval", "all"}, member(&E_::tasks, &TasksConfig::eval_split),
                 "split used by periodic evaluation"));
   s.push_back(F("tasks.levels", FT::IntList, member(&E_::tasks, &TasksConfig::levels),
                 "keep only tasks of these levels; [] = all", 1, 4));

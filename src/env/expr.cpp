@@ -21,11 +21,24 @@ using Node = Expr::Node;
 bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
+// 'c' for a printable ASCII character, else its byte value (an answer may hold any bytes; the
+// message must stay valid UTF-8).
+std::string quoted_char(char c) {
+  auto u = static_cast<unsigned char>(c);
+  if (u >= 0x20 && u < 0x7f) return std::string("'") + c + "'";
+  static const char* hex = "0123456789abcdef";
+  return std::string("byte 0x") + hex[u >> 4] + hex[u & 15];
+}
+
 class Parser {
  public:
   explicit Parser(std::string_view s) : s_(s) {}
 
   NodeP parse_all() {
+    if (s_.size() > kMaxExprChars)
+      fail_at("the expression is " + std::to_string(s_.size()) + " characters long; the limit is " +
+                  std::to_string(kMaxExprChars) + " characters",
+              0);
     skip_ws();
     if (pos_ >= s_.size()) fail("empty expression");
     NodeP n = parse_expr();
@@ -34,7 +47,7 @@ class Parser {
       char c = s_[pos_];
       if (c == ')') fail("unmatched ')'");
       if (c == '(') fail("unexpected '(' (only ceil_div, min, max, numel and dim can be called)");
-      fail(std::string("unexpected '") + c + "' after a complete expression");
+      fail("unexpected " + quoted_char(c) + " after a complete expression");
     }
     return n;
   }
@@ -44,6 +57,19 @@ class Parser {
   [[noreturn]] void fail_at(const std::string& why, size_t pos) {
     throw ExprError(why, static_cast<int>(pos) + 1);
   }
+
+  // Counts one nesting level (a '(', a call or a unary sign) before the recursion into it.
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxExprDepth)
+        p.fail("the expression nests deeper than " + std::to_string(kMaxExprDepth) +
+               " levels (parentheses, function calls and unary signs)");
+    }
+    ~DepthGuard() { --p.depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+  };
 
   void skip_ws() {
     while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
@@ -93,6 +119,7 @@ class Parser {
     if (pos_ < s_.size() && (s_[pos_] == '-' || s_[pos_] == '+')) {
       char op = s_[pos_];
       int col = static_cast<int>(pos_) + 1;
+      DepthGuard guard(*this);
       ++pos_;
       NodeP operand = parse_unary();
       return op == '-' ? make(Node::neg, col, {operand}) : operand;
@@ -138,6 +165,7 @@ class Parser {
       return n;
     }
     if (c == '(') {
+      DepthGuard guard(*this);
       ++pos_;
       NodeP inner = parse_expr();
       skip_ws();
@@ -147,7 +175,7 @@ class Parser {
       return inner;
     }
     if (c == ')') fail("expected a number, a name or '(' but found ')'");
-    fail(std::string("unexpected character '") + c + "'");
+    fail("unexpected character " + quoted_char(c));
   }
 
   // pos_ is at '('.
@@ -162,6 +190,7 @@ class Parser {
     else if (name == "dim") kind = Node::dim, arity = 2;
     else
       fail_at("unknown function '" + name + "' (functions: ceil_div, min, max, numel, dim)", start);
+    DepthGuard guard(*this);
     ++pos_;  // '('
     auto n = std::make_shared<Node>();
     n->kind = kind;
@@ -195,6 +224,7 @@ class Parser {
 
   std::string_view s_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 int64_t floor_div(int64_t a, int64_t b) {

@@ -10,6 +10,12 @@
 //
 // All values are int64. `/` and `%` use floor semantics (as Python's // and %): -7 / 2 == -4,
 // -7 % 2 == 1. ceil_div(a, b) == -((-a) / b). dim(t, i) accepts a negative i counted from the end.
+//
+// Limits (an expression comes from a model's answer, so parsing is bounded): the text is at most
+// kMaxExprChars bytes, checked before parsing; parentheses, function calls and unary signs nest at
+// most kMaxExprDepth levels, checked before each recursion. Past a limit Expr::parse throws an
+// ExprError naming the limit (a `format_error` verdict for an answer). Every parse, evaluation,
+// copy and destruction is then bounded by the text length.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +26,11 @@
 #include "util/error.hpp"
 
 namespace leap::env {
+
+/// Longest expression text Expr::parse accepts, in bytes.
+inline constexpr size_t kMaxExprChars = 1024;
+/// Deepest nesting of parentheses, function calls and unary signs Expr::parse accepts.
+inline constexpr int kMaxExprDepth = 64;
 
 /// A syntax or evaluation error in one expression; `column` is 1-based in the expression text.
 class ExprError : public Error {
@@ -54,7 +65,8 @@ class Expr {
   struct Node;
   Expr() = default;
 
-  /// Parses `text`; throws ExprError with the column of the first problem.
+  /// Parses `text`; throws ExprError with the column of the first problem, or naming the limit
+  /// (kMaxExprChars, kMaxExprDepth) that `text` exceeds.
   static Expr parse(std::string_view text);
   /// An expression that is the literal `value`.
   static Expr literal(int64_t value);

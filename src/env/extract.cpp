@@ -100,6 +100,9 @@ bool blank(std::string_view s) {
 }  // namespace
 
 ExtractedAnswer extract_answer(std::string_view response, CodeLanguage expected) {
+  if (response.size() > kMaxAnswerBytes)
+    throw FormatError("the answer is " + std::to_string(response.size()) + " bytes; the limit is " +
+                      std::to_string(kMaxAnswerBytes) + " bytes");
   int line_offset = 0;
   size_t close = response.rfind("</think>");
   if (close != std::string_view::npos) {
@@ -137,6 +140,10 @@ ExtractedAnswer extract_answer(std::string_view response, CodeLanguage expected)
   if (blank(code->body))
     throw FormatError("the ```" + code->raw_tag + " block at line " + std::to_string(code->open_line) +
                       " is empty");
+  if (code->body.size() > kMaxCodeBytes)
+    throw FormatError("the ```" + code->raw_tag + " block at line " + std::to_string(code->open_line) +
+                      " is " + std::to_string(code->body.size()) + " bytes; the limit is " +
+                      std::to_string(kMaxCodeBytes) + " bytes");
   if (!plan)
     throw FormatError("no ```yaml launch plan block found: add a ```yaml block with `launches:`");
   if (blank(plan->body))

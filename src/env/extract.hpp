@@ -5,6 +5,11 @@
 
 namespace leap::env {
 
+/// Longest answer extract_answer accepts, in bytes (checked before anything else).
+inline constexpr size_t kMaxAnswerBytes = 1024 * 1024;
+/// Largest code block extract_answer accepts, in bytes.
+inline constexpr size_t kMaxCodeBytes = 256 * 1024;
+
 /// Language of a solution's code block; it decides the backend (cuda -> NVRTC, cpp -> host compiler).
 enum class CodeLanguage { cuda, cpp };
 
@@ -28,7 +33,8 @@ struct ExtractedAnswer {
 /// `yaml`/`yml`, case-insensitive); a block closes at a line of at least as many backticks.
 /// The last code block (cuda or cpp) and the last yaml block win. Throws FormatError for: no
 /// code block, no yaml block, an unclosed code/yaml fence, an empty block, or a last code block
-/// whose language is not `expected`.
+/// whose language is not `expected`, and for an answer longer than kMaxAnswerBytes or a code block
+/// larger than kMaxCodeBytes (naming the limit). The launch plan's limits are parse_launch_plan's.
 ExtractedAnswer extract_answer(std::string_view response, CodeLanguage expected);
 
 }  // namespace leap::env

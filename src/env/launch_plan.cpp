@@ -44,14 +44,46 @@ class PlanParser {
   PlanParser(const TaskInterface& task, const PlanParseOptions& opt) : task_(task), opt_(opt) {}
 
   LaunchPlan parse(std::string_view text) {
-    YAML::Node root;
+    check_size(text);
     try {
-      root = YAML::Load(std::string(text));
+      return parse_checked(text);
+    } catch (const YAML::BadConversion& e) {
+      std::string where;
+      if (e.mark.line >= 0) where = " (line " + std::to_string(e.mark.line + 1 + opt_.line_offset) + ")";
+      throw FormatError("the launch plan has a list or mapping where a name is expected" + where);
     } catch (const YAML::Exception& e) {
-      throw FormatError("the launch plan is not valid YAML: line " +
-                        std::to_string(e.mark.line + 1 + opt_.line_offset) + ", column " +
-                        std::to_string(e.mark.column + 1) + ": " + e.msg);
+      // yaml-cpp's own errors: syntax, its recursion guard, a key that is not a scalar.
+      std::string where;
+      if (e.mark.line >= 0)
+        where = ": line " + std::to_string(e.mark.line + 1 + opt_.line_offset) + ", column " +
+                std::to_string(e.mark.column + 1);
+      throw FormatError("the launch plan is not valid YAML" + where + ": " + e.msg);
     }
+  }
+
+ private:
+  // The limits that bound the YAML parser's work, checked before it runs.
+  void check_size(std::string_view text) const {
+    if (text.size() > kMaxPlanBytes)
+      throw FormatError("the launch plan is " + std::to_string(text.size()) + " bytes; the limit is " +
+                        std::to_string(kMaxPlanBytes) + " bytes");
+    int depth = 0;
+    int line = 1;
+    for (char c : text) {
+      if (c == '\n') ++line;
+      if (c == '[' || c == '{') {
+        if (++depth > kMaxPlanNesting)
+          throw FormatError("the launch plan nests lists or mappings ('[', '{') deeper than " +
+                            std::to_string(kMaxPlanNesting) + " levels (line " +
+                            std::to_string(line + opt_.line_offset) + ")");
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        --depth;
+      }
+    }
+  }
+
+  LaunchPlan parse_checked(std::string_view text) {
+    YAML::Node root = YAML::Load(std::string(text));
     if (!root.IsMap())
       throw FormatError("the launch plan must be a YAML mapping with `launches:` (and optional "
                         "`scratch:`), got " + kind(root));
@@ -67,11 +99,13 @@ class PlanParser {
     if (l.IsNull() || (l.IsSequence() && l.size() == 0))
       fail(l, "launches", "the list of launches is empty: at least one launch is needed");
     if (!l.IsSequence()) fail(l, "launches", "must be a list of launches, got " + kind(l));
+    if (l.size() > kMaxPlanLaunches)
+      fail(l, "launches", "has " + std::to_string(l.size()) + " launches; the limit is " +
+                              std::to_string(kMaxPlanLaunches));
     for (size_t i = 0; i < l.size(); ++i) plan.launches.push_back(parse_launch(l[i], i));
     return plan;
   }
 
- private:
   int line(const YAML::Node& n) const { return n.Mark().line + 1 + opt_.line_offset; }
 
   [[noreturn]] void fail(const YAML::Node& n, const std::string& path, const std::string& why) const {
@@ -83,7 +117,7 @@ class PlanParser {
   static std::string kind(const YAML::Node& n) {
     switch (n.Type()) {
       case YAML::NodeType::Null: return "nothing";
-      case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+      case YAML::NodeType::Scalar: return "'" + excerpt(n.Scalar()) + "'";
       case YAML::NodeType::Sequence: return "a list";
       case YAML::NodeType::Map: return "a mapping";
       default: return "an undefined value";
@@ -104,14 +138,19 @@ class PlanParser {
     return parse_expr_text(n, n.Scalar(), path, allow_scratch);
   }
 
+  // At most 80 bytes of `text`, for a message (an over-long expression is not echoed whole).
+  static std::string excerpt(const std::string& text) {
+    return text.size() <= 80 ? text : text.substr(0, 77) + "...";
+  }
+
   Expr parse_expr_text(const YAML::Node& n, const std::string& text, const std::string& path,
                        bool allow_scratch) const {
     Expr e;
     try {
       e = Expr::parse(text);
     } catch (const ExprError& err) {
-      fail(n, path, "bad expression '" + text + "': column " + std::to_string(err.column()) + ": " +
-                        err.reason());
+      fail(n, path, "bad expression '" + excerpt(text) + "': column " + std::to_string(err.column()) +
+                        ": " + err.reason());
     }
     auto names = e.names();
     for (const auto& s : names.symbols) {
@@ -194,6 +233,9 @@ class PlanParser {
   void parse_scratch(const YAML::Node& s, LaunchPlan& plan) {
     if (s.IsNull()) return;
     if (!s.IsMap()) fail(s, "scratch", "must map names to {dtype, shape}, got " + kind(s));
+    if (s.size() > kMaxPlanScratch)
+      fail(s, "scratch", "declares " + std::to_string(s.size()) + " buffers; the limit is " +
+                             std::to_string(kMaxPlanScratch));
     for (const auto& kv : s) {
       std::string name = kv.first.as<std::string>();
       std::string path = "scratch." + name;
@@ -263,6 +305,9 @@ class PlanParser {
     if (!args) fail(n, path, "missing `args` (the kernel's arguments in order; [] for none)");
     if (!(args.IsSequence() && args.size() == 0)) {
       if (!args.IsSequence()) fail(args, path + ".args", "must be a list, got " + kind(args));
+      if (args.size() > kMaxLaunchArgs)
+        fail(args, path + ".args", "has " + std::to_string(args.size()) + " arguments; the limit is " +
+                                       std::to_string(kMaxLaunchArgs));
       auto items = list_items(args, path + ".args");
       for (size_t i = 0; i < items.size(); ++i) {
         std::string apath = path + ".args[" + std::to_string(i) + "]";

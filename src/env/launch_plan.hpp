@@ -10,6 +10,17 @@
 
 namespace leap::env {
 
+/// Largest launch plan (the ```yaml block's body) parse_launch_plan accepts, in bytes.
+inline constexpr size_t kMaxPlanBytes = 64 * 1024;
+/// Deepest nesting of YAML flow lists and mappings (`[`, `{`) in a launch plan.
+inline constexpr int kMaxPlanNesting = 32;
+/// Most launches in one plan.
+inline constexpr size_t kMaxPlanLaunches = 64;
+/// Most scratch buffers in one plan.
+inline constexpr size_t kMaxPlanScratch = 64;
+/// Most arguments of one launch.
+inline constexpr size_t kMaxLaunchArgs = 128;
+
 /// How one launch argument is passed to the kernel.
 enum class ArgKind {
   tensor,   ///< pointer to the tensor's first element (`void*`-compatible)
@@ -66,8 +77,11 @@ struct PlanParseOptions {
 /// path and line for: YAML syntax, a non-mapping top level, unknown keys, missing `launches`,
 /// an empty launch list, a bad kernel name, grid/block with 0 or more than 3 dims, bad
 /// expressions (with column), unknown symbols or tensors, scratch names that clash or whose
-/// dtype is unknown. YAML flow lists split at commas inside calls (`[ceil_div(N, 256)]`) are
-/// rejoined until the parentheses balance.
+/// dtype is unknown, and for a plan past a limit (kMaxPlanBytes, kMaxPlanNesting,
+/// kMaxPlanLaunches, kMaxPlanScratch, kMaxLaunchArgs, and the expression limits of expr.hpp),
+/// naming the limit; the size and nesting limits are checked before the YAML is parsed. YAML flow
+/// lists split at commas inside calls (`[ceil_div(N, 256)]`) are rejoined until the parentheses
+/// balance.
 LaunchPlan parse_launch_plan(std::string_view yaml, const TaskInterface& task,
                              const PlanParseOptions& options = {});
 

@@ -22,13 +22,19 @@ struct TrainerState {
 };
 
 /// Writes a checkpoint to `dir` (created; written to "<dir>.tmp" then renamed, so a crash
-/// leaves no half checkpoint). `base_dir` is the model folder whose config.json,
-/// generation_config.json and tokenizer files are copied. Throws leap::Error on I/O failure.
+/// leaves no half checkpoint). Every file is written whole through util::write_file_atomic
+/// (checked writes, fsync, size check); trainer_state.json records the sizes of model.safetensors
+/// and optimizer.pt. `base_dir` is the model folder whose config.json, generation_config.json and
+/// tokenizer files are copied. Throws leap::Error "checkpoint DIR: PATH: ...: disk full (...)"
+/// (or the other cause) on any failure, after removing the temporary folder; `dir` is then as
+/// it was before the call.
 void save_checkpoint(const std::filesystem::path& dir, const std::filesystem::path& base_dir,
                      model::Transformer& model, torch::optim::Optimizer& optimizer, const TrainerState& state);
 
 /// Loads the weights (or the LoRA adapter, when the model has adapters), the optimizer state
-/// and the trainer state saved by save_checkpoint. Throws leap::Error naming the missing file.
+/// and the trainer state saved by save_checkpoint. Throws leap::Error naming the file that is
+/// missing, shorter or longer than recorded, or unreadable (a truncated optimizer.pt or
+/// trainer_state.json), never a bare LibTorch error.
 TrainerState load_checkpoint(const std::filesystem::path& dir, model::Transformer& model,
                              torch::optim::Optimizer& optimizer);
 

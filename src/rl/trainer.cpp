@@ -39,8 +39,10 @@
 #include "tasks/task_spec.hpp"
 #include "util/build_info.hpp"
 #include "util/error.hpp"
+#include "util/fs.hpp"
 #include "util/hash.hpp"
 #include "util/log.hpp"
+#include "util/process_info.hpp"
 
 namespace leap::rl {
 
@@ -49,6 +51,9 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// A lease from another host not refreshed for this long is stale (docs/training.md).
+constexpr double kLeaseStaleSeconds = 2 * 3600.0;
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted = true; }
@@ -73,10 +78,39 @@ class InterruptGuard {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-std::string hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
-  return buf;
+std::string hostname() { return util::host_name(); }
+
+/// This process as a run's lease holder.
+store::RunLease my_lease() {
+  store::RunLease l;
+  l.host = hostname();
+  l.pid = static_cast<int64_t>(getpid());
+  l.process_started_at = util::process_start_time(getpid()).value_or(0);
+  return l;
+}
+
+/// Why the lease `l` of another process is stale (its holder is gone), or nullopt while it holds.
+/// On this host: the pid does not run, or runs a process started at another time (a reused pid).
+/// From another host: not refreshed for kLeaseStaleSeconds.
+std::optional<std::string> lease_stale_reason(const store::RunLease& l) {
+  if (l.host == hostname()) {
+    const auto started = util::process_start_time(static_cast<long>(l.pid));
+    if (!started) return fmt::format("pid {} is not running on this host", l.pid);
+    if (std::abs(*started - l.process_started_at) > 1.0)
+      return fmt::format("pid {} is now another process (it started {:.0f} s after the lease's holder)", l.pid,
+                         *started - l.process_started_at);
+    return std::nullopt;
+  }
+  const double age = store::unix_now() - l.refreshed_at;
+  if (age > kLeaseStaleSeconds)
+    return fmt::format("the lease of host {} was last refreshed {:.0f} s ago (stale after {:.0f} s)", l.host, age,
+                       kLeaseStaleSeconds);
+  return std::nullopt;
+}
+
+/// Throws when the run's log file could not be written (a full disk): the run must not go on unlogged.
+void check_log_file(const std::string& path) {
+  if (auto e = util::log_file_error(path); !e.empty()) throw Error(e);
 }
 
 /// The tasks of one split, prepared for the backend.
@@ -174,6 +208,8 @@ struct Run {
   UpdateOptions update;
   std::string checkpoint;
   int64_t checkpoint_step = -1;     ///< step of `checkpoint` written by this process (-1: none)
+  store::RunLease lease;            ///< this process as the run's writer (rank 0)
+  std::string log_path;             ///< results/<run>/train.log
 
   Run(const config::Experiment& e, const TrainContext& c)
       : exp(e), ctx(c), db(c.store), pg(c.group), rank(c.group ? c.group->rank() : 0),
@@ -224,9 +260,11 @@ EvalSummary run_eval(Run& r, int64_t step) {
                        std::to_string(r.exp.eval.samples) + ", \"temperature\": " +
                        std::to_string(r.exp.eval.temperature) + ", \"backend\": \"" + r.exp.env.backend + "\"}";
   const auto rows = eval_result_records(groups, tasks, r.set.name);
-  const int64_t eval_id = r.db->create_evaluation(info);
-  r.db->add_eval_results(eval_id, rows);
-  for (const auto& [name, value] : eval_metrics(s)) r.db->add_metric(r.run_id, step, name, value);
+  std::vector<store::MetricRecord> metrics;
+  for (const auto& [name, value] : eval_metrics(s)) metrics.push_back({name, value, std::nullopt});
+  // One transaction: an evaluation cut short by a crash leaves nothing, so a resume redoes it.
+  r.db->refresh_lease(r.run_id, r.lease);
+  r.db->write_evaluation(info, rows, metrics);
   std::string accs;
   for (size_t t = 0; t < s.acc_at.size(); ++t) accs += fmt::format(" acc@{} {:.3f}", t + 1, s.acc_at[t]);
   spdlog::info("eval at step {} ({} tasks x {} samples):{} fast_1 {:.3f} compile {:.3f}", step, s.tasks, s.samples,
@@ -355,13 +393,14 @@ void run_sft(Run& r) {
 }
 
 void save(Run& r, int64_t step) {
+  r.db->refresh_lease(r.run_id, r.lease);
   const fs::path dir = r.run_dir / "checkpoints" / ("step-" + std::to_string(step));
   TrainerState st;
   st.step = step;
   st.seed = static_cast<uint64_t>(r.exp.train.seed);
   st.run_id = r.run_id;
-  save_checkpoint(dir, r.exp.model.path, r.model, *r.optimizer, st);
-  r.db->add_checkpoint(r.run_id, step, dir.string());
+  save_checkpoint(dir, r.exp.model.path, r.model, *r.optimizer, st);  // whole, or throws
+  r.db->add_checkpoint(r.run_id, step, dir.string());                  // so a row means a whole checkpoint
   r.checkpoint = dir.string();
   r.checkpoint_step = step;
   spdlog::info("checkpoint {}", dir.string());
@@ -376,6 +415,29 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
   const auto t_start = Clock::now();
   Run r(exp, ctx);
   TrainSummary summary;
+  if (r.rank0()) r.lease = my_lease();
+
+  // --resume: refused while another live process writes the run (nothing is changed then), a
+  // no-op for a finished run; otherwise this process takes the run's lease before anything else.
+  if (r.rank0() && ctx.resume_run_id) {
+    auto row = r.db->get_run(*ctx.resume_run_id);
+    if (!row) throw Error("--resume: no run '" + *ctx.resume_run_id + "' in " + r.db->path());
+    if (row->status == store::RunStatus::finished && !r.pg) {
+      summary.run_id = row->id;
+      summary.already_finished = true;
+      summary.steps = r.db->last_completed_step(row->id).value_or(0);
+      summary.checkpoint = r.db->latest_checkpoint(row->id) ? r.db->latest_checkpoint(row->id)->path : "";
+      return summary;
+    }
+    try {
+      if (auto old = r.db->acquire_lease(row->id, r.lease, lease_stale_reason))
+        spdlog::warn("run {}: took over the lease of pid {} on host {} (its process is gone)", row->id, old->pid,
+                     old->host);
+    } catch (const store::LeaseHeldError& e) {
+      throw Error("--resume " + row->id + ": refused: the run is still being written by pid " +
+                  std::to_string(e.lease().pid) + " on host " + e.lease().host + " (" + e.what() + ")");
+    }
+  }
 
   // Tasks.
   r.set = tasks::load_task_set(exp.tasks.dir);
@@ -444,13 +506,13 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
 
   // Run row: new, or resumed from its last checkpoint.
   int64_t start_step = 1;
+  bool redo_final_eval = false;
   if (!r.rank0()) {
     // Rank 0 owns the store; it sends the run id and the checkpoint to resume from (below).
   } else if (ctx.resume_run_id) {
     r.run_id = *ctx.resume_run_id;
-    auto row = r.db->get_run(r.run_id);
-    if (!row) throw Error("--resume: no run '" + r.run_id + "' in " + r.db->path());
     r.run_dir = fs::path(ctx.results_dir) / r.run_id;
+    // (The lease was taken at the start of train(), before anything else.)
     const auto ck = r.db->latest_checkpoint(r.run_id);
     if (ck) {
       const auto st = load_checkpoint(ck->path, r.model, *r.optimizer);
@@ -464,6 +526,9 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     r.db->add_event(r.run_id, start_step - 1, "resume",
                    ck ? "resumed from " + ck->path : std::string("no checkpoint: restarted from the base model"));
     spdlog::info("resuming run {} at step {}", r.run_id, start_step);
+    // The last checkpoint is the final one but the final evaluation never completed (a crash
+    // during it): it is redone below.
+    redo_final_eval = start_step > exp.train.steps && !r.db->has_evaluation(r.run_id, exp.train.steps);
   } else {
     store::RunInfo info;
     info.name = exp.name;
@@ -473,6 +538,7 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     info.seed = exp.train.seed;
     info.git_commit = git_commit();
     info.hostname = hostname();
+    info.lease = r.lease;
     r.run_id = r.db->create_run(info);
     r.run_dir = fs::path(ctx.results_dir) / r.run_id;
   }
@@ -483,10 +549,12 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     // Every rank learns the run and resume point from rank 0 and reads rank 0's checkpoint
     // (the results folder must be shared, or copied, between machines), then the weights are
     // broadcast from rank 0 so every rank starts identical (LoRA init included).
-    nlohmann::json hello = {{"run_id", r.run_id}, {"checkpoint", r.checkpoint}, {"start_step", start_step}};
+    nlohmann::json hello = {{"run_id", r.run_id}, {"checkpoint", r.checkpoint}, {"start_step", start_step},
+                            {"redo_final_eval", redo_final_eval}};
     hello = nlohmann::json::parse(r.pg->broadcast_bytes(hello.dump(), 0));
     r.run_id = hello.at("run_id").get<std::string>();
     start_step = hello.at("start_step").get<int64_t>();
+    redo_final_eval = hello.at("redo_final_eval").get<bool>();
     if (!r.rank0()) {
       r.run_dir = fs::path(ctx.results_dir) / r.run_id;
       r.checkpoint = hello.at("checkpoint").get<std::string>();
@@ -509,8 +577,8 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
     }
   }
   fs::create_directories(r.run_dir);
-  util::add_log_file((r.run_dir / (r.rank0() ? std::string("train.log") : fmt::format("train.rank{}.log", r.rank)))
-                         .string());
+  r.log_path = (r.run_dir / (r.rank0() ? std::string("train.log") : fmt::format("train.rank{}.log", r.rank))).string();
+  util::add_log_file(r.log_path);
   summary.run_id = r.run_id;
   summary.first_step = start_step;
   spdlog::info("run {}: {} train / {} eval tasks from {}, model {} ({} parameters, {} trained) on {}", r.run_id,
@@ -706,7 +774,11 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       rec.env_seconds = es.env_seconds;
       rec.update_seconds = update_s;
       rec.ended_at = store::unix_now();
-      if (r.rank0()) r.db->write_step(rec);
+      if (r.rank0()) {
+        r.db->refresh_lease(r.run_id, r.lease);  // throws LeaseLostError if another process took over
+        r.db->write_step(rec);
+        check_log_file(r.log_path);
+      }
 
       // Summary windows: the first and the last `window` steps, rollout-weighted.
       window_steps.push_back({static_cast<double>(rollouts), reward_mean * static_cast<double>(rollouts),
@@ -748,9 +820,31 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
         summary.acc1_end = s.acc_at.front();
         summary.accT_end = s.acc_at.back();
       }
+    } else if (redo_final_eval && do_eval) {
+      if (r.rank0())
+        r.db->add_event(r.run_id, total, "resume",
+                        fmt::format("the final evaluation at step {} had not completed: redone", total));
+      spdlog::info("run {}: every step is done; redoing the final evaluation at step {}", r.run_id, total);
+      const auto s = run_eval(r, total);
+      summary.acc1_end = s.acc_at.front();
+      summary.accT_end = s.acc_at.back();
     }
     summary.steps = total;
-    if (r.rank0()) r.db->finish_run(r.run_id, store::RunStatus::finished);
+    if (r.rank0()) {
+      check_log_file(r.log_path);
+      // After a resume the evaluations of earlier calls are in the store, not in this process.
+      const std::string accT = "eval/acc@" + std::to_string(exp.eval.turns);
+      auto stored = [&](double& v, const std::string& name, int64_t at) {
+        if (do_eval && std::isnan(v)) v = r.db->metric_at(r.run_id, name, at).value_or(std::nan(""));
+      };
+      stored(summary.acc1_start, "eval/acc@1", 0);
+      stored(summary.accT_start, accT, 0);
+      stored(summary.acc1_end, "eval/acc@1", total);
+      stored(summary.accT_end, accT, total);
+      r.db->finish_run(r.run_id, store::RunStatus::finished);
+    }
+  } catch (const store::LeaseLostError& e) {
+    throw;  // another process writes the run now: its row is not this process's to mark
   } catch (const Error& e) {
     if (!g_interrupted && r.rank0()) {
       try {
@@ -760,6 +854,19 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
       }
     }
     throw;
+  } catch (const std::exception& e) {
+    // A LibTorch (c10) or standard-library error: the run is marked failed all the same, and the
+    // user sees one message rather than a stack trace.
+    std::string what = e.what();
+    if (const auto* c10e = dynamic_cast<const c10::Error*>(&e)) what = c10e->what_without_backtrace();
+    if (r.rank0()) {
+      try {
+        r.db->add_event(r.run_id, std::nullopt, "error", what);
+        r.db->finish_run(r.run_id, store::RunStatus::failed);
+      } catch (...) {
+      }
+    }
+    throw Error("run " + r.run_id + ": " + what);
   }
   summary.checkpoint = r.checkpoint;
   summary.seconds = seconds_since(t_start);

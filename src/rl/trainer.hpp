@@ -51,10 +51,18 @@ struct TrainSummary {
   double train_acc1_first = 0, train_acc1_last = 0;
   double seconds = 0;
   std::string checkpoint;           ///< last checkpoint folder
+  /// --resume of a run that had finished: nothing was run or changed (only run_id, steps and
+  /// checkpoint are set).
+  bool already_finished = false;
 };
 
 /// Runs (or resumes) a training run. Throws leap::Error (config, model, tasks, store) with a
 /// message naming the file; the run row is marked `failed` (or `interrupted` on SIGINT) first.
+/// The writing process holds the run's lease (store::RunLease, refreshed per step): a resume
+/// while the holder lives throws naming its pid and changes nothing; a stale lease (a dead pid on
+/// this host, or 2 hours without refresh from another host) is taken over with a `lease` event.
+/// Resuming a finished run changes nothing (summary.already_finished); resuming after a crash
+/// during the final evaluation redoes it.
 /// With ctx.group, a failed collective (a dead or hung rank, after dist.timeout_s) throws
 /// leap::Error on the surviving ranks. The summary is the same on every rank.
 TrainSummary train(const config::Experiment& exp, const TrainContext& ctx);

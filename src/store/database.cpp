@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
 #include <system_error>
 #include <utility>
 
@@ -15,6 +16,27 @@ namespace {
 std::string pragma_text(Database& db, std::string_view sql) {
   Statement st = db.prepare(sql);
   return st.step() ? st.column_text(0) : std::string();
+}
+
+// True when a first read works (a read-only open can fail only then, e.g. SQLITE_CANTOPEN).
+bool readable(sqlite3* db) {
+  return sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr) == SQLITE_OK;
+}
+
+// "file:PATH?immutable=1" with PATH percent-encoded where a URI needs it.
+std::string immutable_uri(const std::string& path) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string uri = "file:";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      uri += '%';
+      uri += hex[c >> 4];
+      uri += hex[c & 15];
+    }
+  }
+  return uri + "?immutable=1";
 }
 
 }  // namespace
@@ -35,15 +57,20 @@ Database::Database(const std::filesystem::path& path, const OpenOptions& options
                        path.parent_path().string() + ": " + ec.message());
     }
   }
-  int rc = sqlite3_open_v2(path_.c_str(), &db_,
-                           (options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-                               SQLITE_OPEN_NOMUTEX,
-                           nullptr);
-  if (rc != SQLITE_OK) {
-    std::string msg = "store " + path_ + ": cannot open: " +
-                      (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+  auto open = [&](const std::string& name, int flags) {
+    int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = "store " + path_ + ": cannot open: " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
+      close();
+      throw StoreError(msg);
+    }
+  };
+  open(path_, options.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  if (options.read_only && !in_memory && !readable(db_)) {
+    // A WAL store on read-only media (a read-only mount, a folder this user cannot write): SQLite
+    // cannot create the -shm file. Nothing can write it there either, so it is opened immutable.
     close();
-    throw StoreError(msg);
+    open(immutable_uri(path_), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
   }
   try {
     sqlite3_extended_result_codes(db_, 1);

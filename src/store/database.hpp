@@ -21,6 +21,9 @@ struct OpenOptions {
   bool migrate = true;
   /// Open an existing file read-only (reports on a store a live run is writing): nothing is
   /// created, migrated or written; a missing file or an unknown schema version is an error.
+  /// A store SQLite cannot open so (on a read-only mount: no -shm file can be created) is opened
+  /// immutable (URI parameter immutable=1): what is in the main file is read; a -wal file left
+  /// by a writer that did not close cleanly is then not seen.
   bool read_only = false;
 };
 

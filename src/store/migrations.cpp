@@ -15,6 +15,11 @@ const std::vector<Migration>& migrations() {
        schema_v1_sql()},
       {2, "eval_results.suspicious: the verifier's suspicious-speedup flag of each evaluated attempt",
        "ALTER TABLE eval_results ADD COLUMN suspicious INTEGER NOT NULL DEFAULT 0 CHECK (suspicious IN (0, 1));"},
+      {3, "runs.lease_*: the host, pid, process start time and last refresh of the process writing a run",
+       "ALTER TABLE runs ADD COLUMN lease_host TEXT;"
+       "ALTER TABLE runs ADD COLUMN lease_pid INTEGER;"
+       "ALTER TABLE runs ADD COLUMN lease_process_started_at REAL;"
+       "ALTER TABLE runs ADD COLUMN lease_refreshed_at REAL;"},
   };
   return steps;
 }

@@ -23,6 +23,15 @@ RunKind parse_run_kind(std::string_view s);
 /// Inverse of to_string; throws leap::StoreError on an unknown name.
 RunStatus parse_run_status(std::string_view s);
 
+/// Who is writing a run: its lease (schema v3). The writer refreshes it per step; another
+/// process may take the run over only when the holder is gone (see Store::acquire_lease).
+struct RunLease {
+  std::string host;                 ///< hostname of the writing process
+  std::int64_t pid = 0;             ///< its process id on that host
+  double process_started_at = 0;    ///< its start time (Unix seconds), which tells a reused pid apart
+  double refreshed_at = 0;          ///< last refresh (Unix seconds)
+};
+
 /// A new run, as given to Store::create_run.
 struct RunInfo {
   std::string id;           ///< empty: generate one with make_run_id (the usual case)
@@ -34,6 +43,7 @@ struct RunInfo {
   std::string git_commit;   ///< commit of the leap binary that ran it
   std::string hostname;
   std::optional<double> started_at;  ///< Unix seconds; empty: now
+  std::optional<RunLease> lease;     ///< the creating process's lease (leap train), if any
 };
 
 /// A run as stored.

@@ -83,6 +83,37 @@ void insert_event(Statement& st, const std::string& run_id, std::optional<std::i
   st.run();
 }
 
+void write_lease(Database& db, const std::string& run_id, const RunLease& l, double now) {
+  Statement st = db.prepare(
+      "UPDATE runs SET lease_host = ?2, lease_pid = ?3, lease_process_started_at = ?4, "
+      "lease_refreshed_at = ?5 WHERE id = ?1");
+  st.bind_text(1, run_id).bind_text(2, l.host).bind_int64(3, l.pid);
+  st.bind_double(4, l.process_started_at).bind_double(5, now);
+  st.run();
+}
+
+std::optional<RunLease> read_lease(Database& db, const std::string& run_id) {
+  Statement st = db.prepare(
+      "SELECT lease_host, lease_pid, lease_process_started_at, lease_refreshed_at FROM runs "
+      "WHERE id = ?1 AND lease_pid IS NOT NULL");
+  st.bind_text(1, run_id);
+  if (!st.step()) return std::nullopt;
+  RunLease l;
+  l.host = st.column_text(0);
+  l.pid = st.column_int64(1);
+  l.process_started_at = st.column_opt_double(2).value_or(0);
+  l.refreshed_at = st.column_opt_double(3).value_or(0);
+  return l;
+}
+
+bool same_holder(const RunLease& a, const RunLease& b) {
+  return a.host == b.host && a.pid == b.pid && std::abs(a.process_started_at - b.process_started_at) < 1e-3;
+}
+
+std::string describe(const RunLease& l) {
+  return "pid " + std::to_string(l.pid) + " on host " + l.host;
+}
+
 RunRow read_run(Statement& st) {
   RunRow r;
   r.id = st.column_text(0);
@@ -145,13 +176,16 @@ std::string Store::create_run(const RunInfo& info) {
   st.bind_text(4, info.config_yaml).bind_text(5, info.config_hash).bind_int64(6, info.seed);
   st.bind_text(7, info.git_commit).bind_text(8, info.hostname).bind_double(9, started);
   st.run();
+  if (info.lease) write_lease(db_, id, *info.lease, started);
   tx.commit();
   return id;
 }
 
 void Store::finish_run(const std::string& run_id, RunStatus status,
                        std::optional<double> ended_at) {
-  Statement st = db_.prepare("UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1");
+  Statement st = db_.prepare(
+      "UPDATE runs SET status = ?2, ended_at = ?3, lease_host = NULL, lease_pid = NULL, "
+      "lease_process_started_at = NULL, lease_refreshed_at = NULL WHERE id = ?1");
   st.bind_text(1, run_id).bind_text(2, to_string(status));
   st.bind_double(3, ended_at.value_or(unix_now()));
   st.run();
@@ -164,6 +198,48 @@ void Store::reopen_run(const std::string& run_id) {
   st.run();
   if (db_.changes() != 1) throw StoreError("store " + path() + ": unknown run '" + run_id + "'");
 }
+
+std::optional<RunLease> Store::acquire_lease(
+    const std::string& run_id, const RunLease& me,
+    const std::function<std::optional<std::string>(const RunLease&)>& stale_reason) {
+  Transaction tx(db_);
+  require_run(run_id);
+  const double now = unix_now();
+  std::optional<RunLease> old = read_lease(db_, run_id);
+  std::optional<RunLease> taken;
+  if (old && !same_holder(*old, me)) {
+    std::optional<std::string> why = stale_reason(*old);
+    if (!why) {
+      throw LeaseHeldError("store " + path() + ": run '" + run_id + "' is being written by " + describe(*old) +
+                               " (lease refreshed " + std::to_string(static_cast<int64_t>(now - old->refreshed_at)) +
+                               " s ago); stop that process first, or wait until it ends",
+                           *old);
+    }
+    Statement ev = db_.prepare(kInsertEvent);
+    insert_event(ev, run_id, std::nullopt, "lease",
+                 "took over the lease of " + describe(*old) + " from " + describe(me) + ": " + *why, now);
+    taken = old;
+  }
+  write_lease(db_, run_id, me, now);
+  tx.commit();
+  return taken;
+}
+
+void Store::refresh_lease(const std::string& run_id, const RunLease& me, std::optional<double> at) {
+  Transaction tx(db_);
+  require_run(run_id);
+  std::optional<RunLease> cur = read_lease(db_, run_id);
+  if (!cur || !same_holder(*cur, me))
+    throw LeaseLostError("store " + path() + ": run '" + run_id + "' is no longer written by this process (" +
+                         describe(me) + "): " +
+                         (cur ? "its lease was taken over by " + describe(*cur) : std::string("its lease was released")));
+  Statement st = db_.prepare("UPDATE runs SET lease_refreshed_at = ?2 WHERE id = ?1");
+  st.bind_text(1, run_id).bind_double(2, at.value_or(unix_now()));
+  st.run();
+  tx.commit();
+}
+
+std::optional<RunLease> Store::get_lease(const std::string& run_id) { return read_lease(db_, run_id); }
 
 std::int64_t Store::ensure_task(const TaskInfo& task) {
   TaskResolver resolver(db_);
@@ -265,6 +341,46 @@ std::int64_t Store::create_evaluation(const EvaluationInfo& info) {
   st.bind_double(4, info.created_at.value_or(unix_now())).bind_text(5, info.settings_json);
   st.run();
   return db_.last_insert_rowid();
+}
+
+std::int64_t Store::write_evaluation(const EvaluationInfo& info, const std::vector<EvalResultRecord>& results,
+                                     const std::vector<MetricRecord>& metrics) {
+  try {
+    Transaction tx(db_);
+    Statement ev = db_.prepare(
+        "INSERT INTO evaluations (run_id, step, bench, created_at, settings_json) "
+        "VALUES (?1, ?2, ?3, ?4, ?5)");
+    ev.bind_opt_text(1, info.run_id).bind_opt_int64(2, info.step).bind_text(3, info.bench);
+    ev.bind_double(4, info.created_at.value_or(unix_now())).bind_text(5, info.settings_json);
+    ev.run();
+    const std::int64_t evaluation_id = db_.last_insert_rowid();
+    TaskResolver tasks(db_);
+    Statement st = db_.prepare(
+        "INSERT INTO eval_results (evaluation_id, task_id, sample, turn, verdict, speedup, "
+        "candidate_ms, reference_ms, file, suspicious) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    for (const EvalResultRecord& r : results) {
+      const std::int64_t task_id = tasks.resolve(r.task);
+      st.reset();
+      st.bind_int64(1, evaluation_id).bind_int64(2, task_id).bind_int64(3, r.sample);
+      st.bind_int64(4, r.turn).bind_text(5, r.verdict).bind_opt_double(6, r.speedup);
+      st.bind_opt_double(7, r.candidate_ms).bind_opt_double(8, r.reference_ms);
+      st.bind_opt_text(9, r.file).bind_int64(10, r.suspicious ? 1 : 0);
+      st.run();
+    }
+    if (!metrics.empty()) {
+      if (!info.run_id) throw StoreError("metrics of an evaluation need its run");
+      Statement metric = db_.prepare(kInsertMetric);
+      for (const MetricRecord& m : metrics)
+        insert_metric(metric, *info.run_id, info.step.value_or(0), m.name, m.value, m.wall_time);
+    }
+    tx.commit();
+    return evaluation_id;
+  } catch (const StoreError& e) {
+    throw StoreError("store " + path() + ": write_evaluation" +
+                     (info.run_id ? " of run '" + *info.run_id + "'" : std::string()) +
+                     (info.step ? " step " + std::to_string(*info.step) : std::string()) +
+                     " rolled back: " + e.what());
+  }
 }
 
 void Store::add_eval_results(std::int64_t evaluation_id,
@@ -369,6 +485,20 @@ std::optional<std::int64_t> Store::last_completed_step(const std::string& run_id
   st.bind_text(1, run_id);
   st.step();
   return st.column_opt_int64(0);
+}
+
+bool Store::has_evaluation(const std::string& run_id, std::int64_t step) {
+  Statement st = db_.prepare("SELECT 1 FROM evaluations WHERE run_id = ?1 AND step = ?2 LIMIT 1");
+  st.bind_text(1, run_id).bind_int64(2, step);
+  return st.step();
+}
+
+std::optional<double> Store::metric_at(const std::string& run_id, std::string_view name, std::int64_t step) {
+  Statement st = db_.prepare(
+      "SELECT value FROM metrics WHERE run_id = ?1 AND name = ?2 AND step = ?3 ORDER BY id DESC LIMIT 1");
+  st.bind_text(1, run_id).bind_text(2, name).bind_int64(3, step);
+  if (!st.step()) return std::nullopt;
+  return st.column_opt_double(0);
 }
 
 std::optional<CheckpointRow> Store::latest_checkpoint(const std::string& run_id) {

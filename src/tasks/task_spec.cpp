@@ -443,6 +443,13 @@ TaskSet load_set(const std::string& dir, std::vector<std::string>* errors) {
         throw ConfigError(set.tasks.back().file + ": name: task name '" + set.tasks.back().name +
                           "' is also used by " + set.tasks[i].file);
   }
+  if (set.tasks.empty() && errors && !errors->empty()) {
+    // Every task.yaml failed: their errors are the news, not "no task folders".
+    std::string msg = "task set " + dir + ": none of its " + std::to_string(folders.size()) + " task folder" +
+                      (folders.size() == 1 ? "" : "s") + " loads:";
+    for (const auto& e : *errors) msg += "\n  " + e;
+    throw Error(msg);
+  }
   if (set.tasks.empty()) throw Error("task set " + dir + ": no task folders (subfolders with a task.yaml)");
   std::sort(set.tasks.begin(), set.tasks.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   fs::path sy = fs::path(dir) / "set.yaml";

@@ -1,15 +1,65 @@
 #include "util/log.hpp"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "util/error.hpp"
+#include "util/fs.hpp"
 
 namespace leap::util {
+
+namespace {
+
+// A log file that is flushed after every line (a crash loses nothing already logged) and that
+// remembers its first write error instead of dropping it.
+class CheckedFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit CheckedFileSink(const std::string& path) : path_(path) {
+    file_ = std::fopen(path.c_str(), "ab");
+    if (!file_) throw Error(fmt::format("{}: cannot open the log file: {}", path, io_error_text(errno)));
+  }
+  ~CheckedFileSink() override {
+    if (file_) std::fclose(file_);
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+  const std::string& path() const { return path_; }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (!error_.empty()) return;
+    spdlog::memory_buf_t buf;
+    formatter_->format(msg, buf);
+    errno = 0;
+    if (std::fwrite(buf.data(), 1, buf.size(), file_) != buf.size() || std::fflush(file_) != 0)
+      error_ = fmt::format("{}: writing the log failed: {}", path_, io_error_text(errno ? errno : EIO));
+  }
+  void flush_() override {
+    if (error_.empty() && std::fflush(file_) != 0)
+      error_ = fmt::format("{}: writing the log failed: {}", path_, io_error_text(errno ? errno : EIO));
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::string error_;
+};
+
+std::mutex g_files_mutex;
+std::vector<std::weak_ptr<CheckedFileSink>> g_files;
+
+}  // namespace
 
 void init_logging(const std::string& level) {
   auto lvl = spdlog::level::from_str(level);
@@ -26,13 +76,20 @@ void add_log_file(const std::string& path) {
   std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  try {
-    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
-    sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
-    spdlog::default_logger()->sinks().push_back(sink);
-  } catch (const spdlog::spdlog_ex& e) {
-    throw Error(fmt::format("{}: cannot open the log file: {}", path, e.what()));
-  }
+  auto sink = std::make_shared<CheckedFileSink>(path);
+  sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  spdlog::default_logger()->sinks().push_back(sink);
+  std::lock_guard<std::mutex> lock(g_files_mutex);
+  g_files.push_back(sink);
+}
+
+std::string log_file_error(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_files_mutex);
+  for (const auto& w : g_files)
+    if (auto s = w.lock())
+      if (path.empty() || s->path() == path)
+        if (auto e = s->error(); !e.empty()) return e;
+  return "";
 }
 
 namespace {

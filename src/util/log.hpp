@@ -12,8 +12,13 @@ namespace leap::util {
 void init_logging(const std::string& level);
 
 /// Adds a file sink at `path` (parent folders created; appended to), e.g. results/<run-id>/leap.log.
+/// Every line is flushed as it is written; a failed write is remembered (see log_file_error).
 /// Throws leap::Error when the file cannot be opened.
 void add_log_file(const std::string& path);
+
+/// The first write error of the log file `path` added by add_log_file (empty: of any of them),
+/// e.g. "PATH: writing the log failed: disk full (...)", or "" when every line was written.
+std::string log_file_error(const std::string& path = "");
 
 /// One progress line: "label 12/100 (12.0%) 3.40 it/s, elapsed 0:03, ETA 0:25".
 /// `elapsed_s` in seconds; `total` <= 0 means unknown (no percent and no ETA).

@@ -1,0 +1,499 @@
+// Reliability (issue 17): faults and hostile inputs around a run must never crash, hang or corrupt
+// it. Each case reproduces one fault and checks the exit, the message (naming the file or key)
+// and the store afterwards: run status, rows, checkpoint rows, events.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "rl/grader.hpp"
+#include "rl/trainer.hpp"
+#include "store/clock.hpp"
+#include "store/statement.hpp"
+#include "store/store.hpp"
+#include "support.hpp"
+#include "util/error.hpp"
+#include "util/fs.hpp"
+#include "util/process_info.hpp"
+
+namespace fs = std::filesystem;
+using namespace leap;
+
+TEST_SUITE_BEGIN("rl");
+
+namespace {
+
+const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
+
+/// Correct iff the answer starts with one of `chars`; throws on call `fail_at` (1-based; 0 never).
+struct RuleGrader : rl::Grader {
+  std::string chars = " etaoinsr_(";
+  int calls = 0;
+  int fail_at = 0;
+  std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>& requests) override {
+    if (++calls == fail_at) throw Error("grader: simulated crash");
+    std::vector<env::EvalResult> out;
+    for (const auto& r : requests) {
+      const bool ok = !r.answer.empty() && chars.find(r.answer[0]) != std::string::npos;
+      out.push_back(env::EvalResult::make(ok ? env::Verdict::correct : env::Verdict::wrong_output, ok ? "" : "no"));
+      if (ok) out.back().speedup = 1.0;
+    }
+    return out;
+  }
+};
+
+config::Experiment tiny_experiment() {
+  config::Experiment exp;
+  exp.name = "reliability";
+  exp.model.path = (test::tiny_model() / "tiny").string();
+  exp.model.device = "cpu";
+  exp.tasks.dir = kStarter;
+  exp.tasks.limit = 2;
+  exp.tasks.eval_split = "train";
+  exp.rollout.tasks_per_step = 2;
+  exp.rollout.group_size = 2;
+  exp.rollout.max_new_tokens = 3;
+  exp.turns.max = 1;
+  exp.reward.kind = "binary";
+  exp.compaction.enabled = false;
+  exp.train.steps = 2;
+  exp.train.mini_batch_size = 4;
+  exp.train.eval_every = 0;
+  exp.train.checkpoint_every = 1;
+  exp.eval.turns = 1;
+  exp.eval.samples = 1;
+  exp.logging.progress = false;
+  return exp;
+}
+
+rl::TrainSummary train_run(const config::Experiment& exp, store::Store& db, rl::Grader& grader, const fs::path& results,
+                           std::optional<std::string> resume = std::nullopt) {
+  rl::TrainContext ctx;
+  ctx.store = &db;
+  ctx.grader = &grader;
+  ctx.results_dir = results.string();
+  ctx.progress = false;
+  ctx.resume_run_id = std::move(resume);
+  return rl::train(exp, ctx);
+}
+
+int64_t scalar(store::Store& db, const std::string& sql) {
+  auto st = db.db().prepare(sql);
+  REQUIRE(st.step());
+  return st.column_int64(0);
+}
+
+std::string text(store::Store& db, const std::string& sql) {
+  auto st = db.db().prepare(sql);
+  if (!st.step()) return "";
+  return st.column_text(0);
+}
+
+bool has(const std::string& s, const std::string& part) {
+  if (s.find(part) != std::string::npos) return true;
+  MESSAGE("'" << s << "' lacks '" << part << "'");
+  return false;
+}
+
+/// A child process that sleeps until killed (a live lease holder).
+struct Sleeper {
+  pid_t pid = -1;
+  Sleeper() {
+    pid = fork();
+    if (pid == 0) {
+      for (;;) pause();
+    }
+  }
+  void stop() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+  ~Sleeper() { stop(); }
+};
+
+/// A run that failed at its grader call `fail_at`; returns its id.
+std::string failed_run(const config::Experiment& exp, store::Store& db, const fs::path& results, int fail_at) {
+  RuleGrader g;
+  g.fail_at = fail_at;
+  CHECK_THROWS_AS(train_run(exp, db, g, results), Error);
+  return db.list_runs().at(0).id;
+}
+
+void set_lease(store::Store& db, const std::string& run, const std::string& host, int64_t pid, double started,
+               double refreshed) {
+  auto st = db.db().prepare(
+      "UPDATE runs SET status = 'running', ended_at = NULL, lease_host = ?2, lease_pid = ?3, "
+      "lease_process_started_at = ?4, lease_refreshed_at = ?5 WHERE id = ?1");
+  st.bind_text(1, run).bind_text(2, host).bind_int64(3, pid).bind_double(4, started).bind_double(5, refreshed);
+  st.run();
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+TEST_CASE("reliability: --resume of a run whose writer lives is refused naming the pid; a stale lease is taken over") {
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  const std::string run = failed_run(exp, db, dir.path / "results", 2);  // step 1 and checkpoint 1 written
+  const auto rows = db.row_counts();
+
+  // A live process on this host holds the lease (as a `leap train` still running would).
+  Sleeper holder;
+  const double started = util::process_start_time(holder.pid).value();
+  set_lease(db, run, util::host_name(), holder.pid, started, store::unix_now());
+  RuleGrader g;
+  try {
+    train_run(exp, db, g, dir.path / "results", run);
+    FAIL("a resume beside a live writer was not refused");
+  } catch (const Error& e) {
+    CHECK(has(e.what(), "pid " + std::to_string(holder.pid)));
+    CHECK(has(e.what(), "still being written"));
+  }
+  CHECK(g.calls == 0);
+  CHECK(db.row_counts() == rows);  // nothing deleted, nothing added
+  CHECK(db.get_run(run)->status == store::RunStatus::running);
+  CHECK(db.get_lease(run)->pid == holder.pid);
+
+  // Another host that refreshed its lease a minute ago: refused too.
+  set_lease(db, run, "other-host", 4242, 1.0, store::unix_now() - 60);
+  CHECK_THROWS_WITH_AS(train_run(exp, db, g, dir.path / "results", run), doctest::Contains("pid 4242 on host other-host"),
+                       Error);
+  CHECK(db.row_counts() == rows);
+
+  // The holder dies (kill -9): its lease is stale, the resume takes it over with an event.
+  set_lease(db, run, util::host_name(), holder.pid, started, store::unix_now());
+  const pid_t dead = holder.pid;
+  holder.stop();
+  const auto s = train_run(exp, db, g, dir.path / "results", run);
+  CHECK(s.first_step == 2);
+  CHECK(s.steps == 2);
+  CHECK(db.get_run(run)->status == store::RunStatus::finished);
+  CHECK_FALSE(db.get_lease(run).has_value());  // released when the run ended
+  const std::string ev = text(db, "SELECT message FROM events WHERE kind = 'lease' AND run_id = '" + run + "'");
+  CHECK(has(ev, "took over the lease of pid " + std::to_string(dead)));
+  CHECK(has(ev, "is not running"));
+  CHECK(scalar(db, "SELECT COUNT(*) FROM steps") == 2);
+
+  // A lease of another host not refreshed for 3 hours is stale as well.
+  const std::string run2 = failed_run(exp, db, dir.path / "results2", 2);
+  set_lease(db, run2, "other-host", 4242, 1.0, store::unix_now() - 3 * 3600);
+  RuleGrader g2;
+  CHECK(train_run(exp, db, g2, dir.path / "results2", run2).steps == 2);
+  CHECK(has(text(db, "SELECT message FROM events WHERE kind = 'lease' AND run_id = '" + run2 + "'"),
+            "last refreshed"));
+}
+
+TEST_CASE("reliability: a writer whose lease was taken over stops without touching the run") {
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  store::RunInfo info;
+  info.name = "x";
+  info.lease = store::RunLease{"h", 1, 2.0, 0};
+  const auto id = db.create_run(info);
+  CHECK(db.get_lease(id)->pid == 1);
+  db.refresh_lease(id, *info.lease, 100.0);
+  CHECK(db.get_lease(id)->refreshed_at == 100.0);
+  store::RunLease other{"h", 2, 3.0, 0};
+  auto taken = db.acquire_lease(id, other, [](const store::RunLease&) { return std::optional<std::string>("gone"); });
+  REQUIRE(taken.has_value());
+  CHECK(taken->pid == 1);
+  CHECK_THROWS_AS(db.refresh_lease(id, *info.lease), store::LeaseLostError);
+  CHECK_THROWS_AS(db.acquire_lease(id, *info.lease, [](const store::RunLease&) { return std::optional<std::string>(); }),
+                  store::LeaseHeldError);
+  CHECK(db.get_lease(id)->pid == 2);
+}
+
+TEST_CASE("reliability: a crash during the final evaluation is redone on resume; the summary shows the stored step-0 eval") {
+  auto exp = tiny_experiment();
+  exp.train.eval_every = 10;  // an evaluation at step 0 and the final one
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  // Grader calls: 1 = eval at step 0, 2 and 3 = steps 1 and 2, 4 = the final evaluation.
+  const std::string run = failed_run(exp, db, dir.path / "results", 4);
+  CHECK(db.count_rows("evaluations") == 1);
+  CHECK(db.latest_checkpoint(run)->step == 2);  // the final checkpoint was written
+  RuleGrader g;
+  const auto s = train_run(exp, db, g, dir.path / "results", run);
+  CHECK(g.calls == 1);  // only the final evaluation ran
+  CHECK(db.count_rows("evaluations") == 2);
+  CHECK(scalar(db, "SELECT COUNT(*) FROM evaluations WHERE step = 2") == 1);
+  CHECK(db.get_run(run)->status == store::RunStatus::finished);
+  CHECK(has(text(db, "SELECT message FROM events WHERE kind = 'resume' AND message LIKE '%final%'"), "redone"));
+  CHECK(db.count_rows("steps") == 2);
+  // Step 0's evaluation ran in the first process; the summary reads it from the store.
+  CHECK_FALSE(std::isnan(s.acc1_start));
+  CHECK(s.acc1_start == doctest::Approx(*db.metric_at(run, "eval/acc@1", 0)));
+  CHECK_FALSE(std::isnan(s.acc1_end));
+}
+
+TEST_CASE("reliability: --resume of a finished run is a no-op (exit 0, nothing changed)") {
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  const fs::path dbp = dir.path / "leap.db";
+  std::string run;
+  std::map<std::string, int64_t> rows;
+  double ended = 0;
+  {
+    store::Store db(dbp);
+    RuleGrader g;
+    run = train_run(exp, db, g, dir.path / "results").run_id;
+    rows = db.row_counts();
+    ended = db.get_run(run)->ended_at.value();
+    // In process: nothing runs, nothing changes.
+    RuleGrader g2;
+    const auto s = train_run(exp, db, g2, dir.path / "results", run);
+    CHECK(s.already_finished);
+    CHECK(s.steps == 2);
+    CHECK(g2.calls == 0);
+    CHECK(db.row_counts() == rows);
+    CHECK(db.get_run(run)->ended_at.value() == ended);
+  }
+  // Through the CLI.
+  const std::string cfg = dir.write("c.yaml", "model:\n  path: " + exp.model.path + "\n");
+  auto r = test::run_leap("train " + cfg + " --resume " + run + " --db " + dbp.string() + " --results-dir " +
+                          (dir.path / "results").string());
+  CHECK_MESSAGE(r.rc == 0, r.err);
+  CHECK(has(r.out, "run " + run + " has already finished (2 steps"));
+  CHECK(has(r.out, "nothing changed"));
+  CHECK(r.out.find("step 3") == std::string::npos);
+  store::Store db(dbp);
+  CHECK(db.row_counts() == rows);
+  CHECK(db.get_run(run)->ended_at.value() == ended);
+  CHECK(db.get_run(run)->status == store::RunStatus::finished);
+}
+
+TEST_CASE("reliability: a full disk while writing optimizer.pt or trainer_state.json fails the run naming the file") {
+  // Fault injection: LEAP_TEST_ENOSPC makes util::write_file_atomic fail half-way with ENOSPC for
+  // that file name (a real small file system needs root mounts).
+  for (const char* file : {"optimizer.pt", "trainer_state.json"}) {
+    CAPTURE(file);
+    auto exp = tiny_experiment();
+    test::TempDir dir;
+    store::Store db(dir.path / "leap.db");
+    RuleGrader g;
+    setenv("LEAP_TEST_ENOSPC", file, 1);
+    std::string msg;
+    try {
+      train_run(exp, db, g, dir.path / "results");
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    unsetenv("LEAP_TEST_ENOSPC");
+    CHECK(has(msg, std::string("/checkpoints/step-1.tmp/") + file));
+    CHECK(has(msg, "disk full"));
+    const auto run = db.list_runs().at(0);
+    CHECK(run.status == store::RunStatus::failed);
+    CHECK(has(text(db, "SELECT message FROM events WHERE kind = 'error'"), "disk full"));
+    CHECK(db.count_rows("checkpoints") == 0);  // no row for a checkpoint that is not whole
+    CHECK(db.count_rows("steps") == 1);
+    const fs::path ck = dir.path / "results" / run.id / "checkpoints";
+    CHECK_FALSE(fs::exists(ck / "step-1"));
+    CHECK_FALSE(fs::exists(ck / "step-1.tmp"));
+    // The log was flushed line by line: it holds the run's lines up to the fault.
+    CHECK(util::file_size_or(dir.path / "results" / run.id / "train.log") > 0);
+    CHECK(has(test::read_file((dir.path / "results" / run.id / "train.log").string()), "run " + run.id));
+  }
+}
+
+TEST_CASE("reliability: a truncated optimizer.pt or trainer_state.json on resume is named, without a stack trace") {
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  const std::string run = failed_run(exp, db, dir.path / "results", 2);  // checkpoint 1 only
+  const fs::path ck = db.latest_checkpoint(run)->path;
+  const fs::path opt = ck / "optimizer.pt";
+  const auto size = fs::file_size(opt);
+  fs::resize_file(opt, size / 2);
+  RuleGrader g;
+  try {
+    train_run(exp, db, g, dir.path / "results", run);
+    FAIL("a truncated optimizer.pt was loaded");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(has(m, opt.string()));
+    CHECK(has(m, "truncated"));
+    CHECK(m.find('\n') == std::string::npos);
+  }
+  // Without the recorded sizes (a checkpoint of an older leap), LibTorch's error is wrapped.
+  nlohmann::json js;
+  std::ifstream(ck / "trainer_state.json") >> js;
+  js.erase("files");
+  std::ofstream(ck / "trainer_state.json") << js.dump();
+  try {
+    train_run(exp, db, g, dir.path / "results", run);
+    FAIL("a truncated optimizer.pt was loaded");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(has(m, opt.string() + ": cannot be read (truncated or corrupt)"));
+    CHECK(m.find('\n') == std::string::npos);
+  }
+  // A cut trainer_state.json is named too.
+  fs::resize_file(ck / "trainer_state.json", 10);
+  const std::string cut = (ck / "trainer_state.json").string() + ": cannot be read";
+  CHECK_THROWS_WITH_AS(train_run(exp, db, g, dir.path / "results", run), doctest::Contains(cut.c_str()), Error);
+  CHECK(g.calls == 0);
+}
+
+TEST_CASE("reliability: write_file_atomic keeps the old file on a failed write and names the cause") {
+  test::TempDir dir;
+  const fs::path p = dir.path / "state.json";
+  util::write_file_atomic(p, "old");
+  CHECK(test::read_file(p.string()) == "old");
+  setenv("LEAP_TEST_ENOSPC", "state.json", 1);
+  const std::string want = p.string() + ": write failed after 500 of 1000 bytes: disk full";
+  CHECK_THROWS_WITH_AS(util::write_file_atomic(p, std::string(1000, 'x')), doctest::Contains(want.c_str()), Error);
+  unsetenv("LEAP_TEST_ENOSPC");
+  CHECK(test::read_file(p.string()) == "old");
+  CHECK_FALSE(fs::exists(p.string() + ".tmp"));
+  CHECK_THROWS_WITH_AS(util::write_file_atomic(dir.path / "no" / "such" / "f", "x"), doctest::Contains("no/such/f"), Error);
+  // remove_tree: no shell, so a quote in a name is only a character.
+  const fs::path odd = dir.path / "a'; touch pwned; '";
+  fs::create_directories(odd / "sub");
+  std::ofstream(odd / "sub" / "f") << "x";
+  CHECK(util::remove_tree(odd));
+  CHECK_FALSE(fs::exists(odd));
+  CHECK_FALSE(fs::exists(dir.path / "pwned"));
+  CHECK(util::remove_tree(dir.path / "missing"));
+  // The lease's process identity: this process has a start time; a dead child has none.
+  CHECK(util::process_start_time(getpid()).has_value());
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  CHECK_FALSE(util::process_start_time(child).has_value());
+}
+
+TEST_CASE("reliability: a config folder, an empty config and a bad split exit 2 naming the file and key") {
+  test::TempDir dir;
+  auto r = test::run_leap("train " + dir.path.string());
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, dir.path.string()));
+  CHECK(has(r.err, "is a folder"));
+  const std::string empty = dir.write("empty.yaml", "");
+  r = test::run_leap("train " + empty);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, empty + ": the config file is empty"));
+  const std::string comments = dir.write("comments.yaml", "# nothing but a comment\n\n");
+  r = test::run_leap("train " + comments);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, comments + ": the config file is empty"));
+  const std::string bad = dir.write("bad.yaml", "tasks:\n  eval_split: nosuchsplit\n");
+  r = test::run_leap("train " + bad);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, bad));
+  CHECK(has(r.err, "tasks.eval_split"));
+  CHECK(has(r.err, "nosuchsplit"));
+  r = test::run_leap("train " + bad + " --print-config");
+  CHECK(r.rc == 2);
+}
+
+TEST_CASE("reliability: leap tasks validate shows each task.yaml's load error also when no task loads") {
+  test::TempDir dir;
+  const std::string a = dir.write("set/alpha/task.yaml", "name: alpha\nlevel: [oops\n");
+  const std::string b = dir.write("set/beta/task.yaml", "name: beta\nnosuchkey: 1\n");
+  auto r = test::run_leap("tasks validate " + (dir.path / "set").string());
+  CHECK(r.rc != 0);
+  const std::string all = r.out + r.err;
+  CHECK(has(all, "none of its 2 task folders loads"));
+  CHECK(has(all, a));
+  CHECK(has(all, b));
+  CHECK(all.find("no task folders") == std::string::npos);
+}
+
+TEST_CASE("reliability: leap eval --format json with invalid UTF-8 in an answer prints JSON and stores the row whole") {
+  test::TempDir dir;
+  // A byte that is not UTF-8 in the answer's plan and in its file name (which the JSON shows).
+  dir.write("answers/relu/a\xff.md", "```cpp\nvoid k(float* y) {}\n```\n```yaml\nlaunches:\n  - kernel: k\xff\xfe\n    args: [y]\n```\n");
+  const std::string dbp = (dir.path / "leap.db").string();
+  auto r = test::run_leap("eval --tasks tasks/starter --solutions " + (dir.path / "answers").string() +
+                          " --format json --db " + dbp);
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  nlohmann::json js = nlohmann::json::parse(r.out);  // valid JSON (bytes replaced)
+  REQUIRE(js["results"].size() == 1);
+  CHECK(js["results"][0]["verdict"] == "format_error");
+  store::Store db(dbp);
+  CHECK(db.count_rows("evaluations") == 1);
+  CHECK(db.count_rows("eval_results") == 1);
+}
+
+TEST_CASE("reliability: env.compile_cache false with a quote in TMPDIR removes the folder and runs no command") {
+  test::TempDir dir;
+  const fs::path tmp = dir.path / "t'; touch pwned; '";
+  fs::create_directories(tmp);
+  dir.write("answers/relu/a.md", "no blocks at all\n");
+  // leap is started without a shell, with TMPDIR set for it alone, from `dir`.
+  const std::string leap = test::leap_binary(), answers = (dir.path / "answers").string(),
+                    dbp = (dir.path / "leap.db").string(), tmpdir = "TMPDIR=" + tmp.string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(dir.path.c_str()) != 0) _exit(126);
+    std::freopen("/dev/null", "w", stdout);
+    std::vector<std::string> args = {leap, "eval", "--tasks", kStarter, "--solutions", answers, "--set",
+                                     "env.compile_cache=false", "--db", dbp};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> envs = {tmpdir, "PATH=" + env_or_empty("PATH"), "HOME=" + env_or_empty("HOME")};
+    std::vector<char*> envp;
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    execve(leap.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(fs::exists(dir.path / "pwned"));  // where leap ran
+  CHECK_FALSE(fs::exists(tmp / "pwned"));
+  size_t left = 0;
+  for (const auto& e : fs::directory_iterator(tmp)) left += e.path().filename().string().rfind("leap-nocache-", 0) == 0;
+  CHECK(left == 0);
+  store::Store db(dbp);
+  CHECK(db.count_rows("eval_results") == 1);  // it did run, with its temporary compile folder
+}
+
+TEST_CASE("reliability: leap report and leap export read a store on a read-only mount") {
+  // A read-only bind mount needs a mount namespace (root, or an unprivileged user namespace).
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0 && std::system("unshare -rm true >/dev/null 2>&1") != 0) {
+    MESSAGE("LEAP-SKIP: no mount namespace here (unshare -m / -rm fail), so no read-only mount to test");
+    return;
+  }
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  const fs::path ro = dir.path / "ro";
+  fs::create_directories(ro);
+  std::string run;
+  {
+    store::Store db(ro / "leap.db");
+    RuleGrader g;
+    run = train_run(exp, db, g, dir.path / "results").run_id;
+  }
+  CHECK_FALSE(fs::exists(ro / "leap.db-wal"));
+  const std::string unshare = std::system("unshare -m true >/dev/null 2>&1") == 0 ? "unshare -m" : "unshare -rm";
+  const std::string leap = test::leap_binary();
+  const std::string db = (ro / "leap.db").string();
+  auto r = test::run_leap("--version >/dev/null; " + unshare + " sh -c \"mount --bind -o ro '" + ro.string() + "' '" +
+                          ro.string() + "' && touch '" + ro.string() + "/probe' 2>/dev/null; test ! -e '" +
+                          ro.string() + "/probe' && '" + leap + "' report --db '" + db + "' --format md && '" + leap +
+                          "' export --db '" + db + "' --run " + run + "\"");
+  CHECK_MESSAGE(r.rc == 0, r.err);
+  CHECK(has(r.out, run));
+  CHECK(r.err.find("unable to open") == std::string::npos);
+}
