@@ -3,6 +3,7 @@
 // print "LEAP-SKIP: ..." and return, which CTest reports as Skipped (SKIP_REGULAR_EXPRESSION in
 // CMakeLists.txt), never as Passed.
 #include <doctest/doctest.h>
+#include <torch/torch.h>
 
 #if LEAP_HAVE_NVRTC
 
@@ -470,6 +471,40 @@ TEST_CASE("env cuda gpu: faults are runtime errors with the CUDA error name, and
     CAPTURE(to.message);
     CHECK(to.verdict == Verdict::timeout);
   }
+}
+
+TEST_CASE("env cuda gpu: a parent that uses CUDA itself gets working workers, replacements after a fault too") {
+  if (skip_without_gpu()) return;
+  // The trainer's situation with model.device: cuda: CUDA is initialised in this process before
+  // any worker starts. Workers are zygote children (exec-started), so they can still use the GPU.
+  torch::Tensor on_gpu = torch::ones({16}, torch::TensorOptions().device(torch::kCUDA));
+  REQUIRE(on_gpu.sum().item<float>() == 16.0f);
+  GpuFixture f;
+  TaskInterface t = vadd_task(1024);
+  auto good_run = [&] {
+    std::unique_ptr<SharedBuffers> b;
+    BoundPlan p;
+    LaunchPlan plan = parse_launch_plan(kVaddPlan, t, f.backend->plan_options());
+    p = bind_plan(plan, t, f.backend->limits());
+    b = std::make_unique<SharedBuffers>(p.tensors);
+    fill_vadd(*b, 1024);
+    RunOutcome r = f.run(t, kVaddCode, kVaddPlan, b, p);
+    CAPTURE(r.message);
+    CHECK(r.ok());
+    CHECK(b->as<float>(2)[3] == 2.0f * (3.0f - 0.5f) + 0.25f);
+  };
+  good_run();
+  const std::string wild =
+      "extern \"C\" __global__ void vadd(const float* a, const float* b, float* c, long long n, float s, double d) {\n"
+      "  c[threadIdx.x + (1ll << 40)] = 1.0f;\n}\n";
+  std::unique_ptr<SharedBuffers> buf;
+  BoundPlan bound;
+  const int before = f.pool->replacements();
+  RunOutcome bad = f.run(t, wild, kVaddPlan, buf, bound);
+  CAPTURE(bad.message);
+  CHECK(bad.verdict == Verdict::runtime_error);
+  good_run();  // in a replacement started after this process's CUDA context existed
+  CHECK(f.pool->replacements() > before);
 }
 
 TEST_CASE("env cuda gpu: launch errors found on the device") {

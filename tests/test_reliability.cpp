@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <exception>
 #include <vector>
 
 #include "rl/grader.hpp"
@@ -496,4 +497,49 @@ TEST_CASE("reliability: leap report and leap export read a store on a read-only 
   CHECK_MESSAGE(r.rc == 0, r.err);
   CHECK(has(r.out, run));
   CHECK(r.err.find("unable to open") == std::string::npos);
+}
+
+namespace {
+
+
+/// A grader that kills the process (a fatal signal or std::terminate) at its first call.
+struct FatalGrader : rl::Grader {
+  bool terminate = false;
+  std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>&) override {
+    if (terminate) std::terminate();  // what an exception escaping a noexcept function calls
+    raise(SIGSEGV);
+    return {};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("reliability: a fatal signal or std::terminate during a run marks it failed with an error event") {
+  for (bool use_terminate : {false, true}) {
+    CAPTURE(use_terminate);
+    test::TempDir dir;
+    const fs::path db_path = dir.path / "store.db";
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      store::Store db(db_path);
+      FatalGrader g;
+      g.terminate = use_terminate;
+      try {
+        train_run(tiny_experiment(), db, g, dir.path / "results");
+      } catch (...) {
+      }
+      _exit(0);  // not reached: the grader kills the process
+    }
+    int st = 0;
+    REQUIRE(waitpid(child, &st, 0) == child);
+    REQUIRE(WIFSIGNALED(st));
+    CHECK(WTERMSIG(st) == (use_terminate ? SIGABRT : SIGSEGV));
+    store::Store db(db_path);
+    auto runs = db.list_runs();
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].status == store::RunStatus::failed);
+    const std::string msg = text(db, "SELECT message FROM events WHERE kind = 'error'");
+    CHECK(has(msg, use_terminate ? "std::terminate" : "SIGSEGV"));
+  }
 }

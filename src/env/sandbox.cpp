@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -267,7 +268,7 @@ std::string set_limit(int resource, rlim_t value, const char* name) {
 }
 
 // seccomp through libseccomp: see sandbox.hpp.
-std::string load_seccomp(bool no_processes) {
+std::string load_seccomp(bool no_processes, bool no_unix_connect) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) return "seccomp_init failed";
   struct Free {
@@ -301,8 +302,8 @@ std::string load_seccomp(bool no_processes) {
                     SCMP_SYS(open_tree), SCMP_SYS(move_mount), SCMP_SYS(fsopen), SCMP_SYS(fsmount),
                     SCMP_SYS(name_to_handle_at), SCMP_SYS(open_by_handle_at), SCMP_SYS(kcmp)})
       deny(sys, EPERM);
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(bind), 0);
+    if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
+    if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(bind), 0);
   }
   if (rc != 0) return std::string("seccomp_rule_add: ") + std::strerror(-rc);
   if ((rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1)) != 0) return std::string("seccomp no_new_privs: ") + std::strerror(-rc);
@@ -367,8 +368,12 @@ AppliedSandbox enter_child_sandbox(const ChildSandbox& spec, const HostIsolation
   if (spec.file_size_mb > 0 &&
       !(e = set_limit(RLIMIT_FSIZE, static_cast<rlim_t>(spec.file_size_mb) << 20, "RLIMIT_FSIZE")).empty())
     a.failed.push_back(e);
-  if (spec.open_files > 0 && !(e = set_limit(RLIMIT_NOFILE, static_cast<rlim_t>(spec.open_files), "RLIMIT_NOFILE")).empty())
-    a.failed.push_back(e);
+  if (spec.open_files > 0) {
+    rlimit cur{};
+    getrlimit(RLIMIT_NOFILE, &cur);
+    const rlim_t want = std::min<rlim_t>(static_cast<rlim_t>(spec.open_files), cur.rlim_max);
+    if (!(e = set_limit(RLIMIT_NOFILE, want, "RLIMIT_NOFILE")).empty()) a.failed.push_back(e);
+  }
   if (spec.address_space_mb > 0 &&
       !(e = set_limit(RLIMIT_AS, static_cast<rlim_t>(spec.address_space_mb) << 20, "RLIMIT_AS")).empty())
     a.failed.push_back(e);
@@ -379,7 +384,7 @@ AppliedSandbox enter_child_sandbox(const ChildSandbox& spec, const HostIsolation
   if (!host.seccomp_ok) {
     a.failed.push_back("seccomp: not available on this host (see the sandbox report)");
   } else if (spec.fs != ChildSandbox::Fs::none || spec.no_processes) {
-    std::string s = load_seccomp(spec.no_processes);
+    std::string s = load_seccomp(spec.no_processes, spec.no_unix_connect);
     if (s.empty())
       a.seccomp = true;
     else

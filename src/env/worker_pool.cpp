@@ -437,6 +437,7 @@ int worker_process_main(const std::string& spec_json, int sock, int status_fd, c
     cs.fs = fs == "minimal" ? ChildSandbox::Fs::minimal : fs == "host_readonly" ? ChildSandbox::Fs::host_readonly
                                                                                 : ChildSandbox::Fs::none;
     cs.no_processes = true;
+    cs.no_unix_connect = fs == "minimal";  // cpu workers; cuda drivers may use unix sockets
     cs.drop_privileges = spec.at("drop_privileges").get<bool>();
     cs.scratch_mb = spec.at("scratch_mb").get<int64_t>();
     cs.file_size_mb = spec.at("file_size_mb").get<int64_t>();

@@ -1,5 +1,7 @@
 #include "rl/trainer.hpp"
 
+#include "rl/crash_guard.hpp"
+
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -587,6 +589,9 @@ TrainSummary train(const config::Experiment& exp, const TrainContext& ctx) {
                                [](int64_t a, const at::Tensor& p) { return a + p.numel(); }),
                r.device.str());
 
+  // A fatal signal or std::terminate from here on still marks the run failed (rl/crash_guard.hpp).
+  std::optional<CrashGuard> crash_guard;
+  if (r.rank0()) crash_guard.emplace(r.db->path(), r.run_id);
   try {
     if (start_step == 1 && exp.train.sft.enabled && exp.train.sft.steps > 0) run_sft(r);
     const bool do_eval = !r.eval.tasks.empty() && exp.train.eval_every > 0;
