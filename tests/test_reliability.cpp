@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -542,4 +543,63 @@ TEST_CASE("reliability: a fatal signal or std::terminate during a run marks it f
     const std::string msg = text(db, "SELECT message FROM events WHERE kind = 'error'");
     CHECK(has(msg, use_terminate ? "std::terminate" : "SIGSEGV"));
   }
+}
+
+TEST_CASE("reliability: a task reference that never returns stops leap with an error naming the task") {
+  test::TempDir dir;
+  // relu, with a reference that loops forever.
+  std::string yaml = test::read_file(kStarter + "/relu/task.yaml");
+  const size_t at = yaml.find("reference:");
+  REQUIRE(at != std::string::npos);
+  const size_t end = yaml.find("tolerance:", at);
+  REQUIRE(end != std::string::npos);
+  yaml = yaml.substr(0, at) +
+         "reference:\n  torchscript: |\n    def reference(x: Tensor) -> Tensor:\n        y = x\n"
+         "        while True:\n            y = y + 1.0\n        return y\n" +
+         yaml.substr(end);
+  const std::string task_yaml = dir.write("hang/relu/task.yaml", yaml);
+  const auto start = std::chrono::steady_clock::now();
+  auto v = test::run_leap("tasks validate " + (dir.path / "hang").string() + " --set env.reference_timeout_s=2");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(v.out << v.err);
+  CHECK(v.rc == 1);
+  CHECK(has(v.err, task_yaml));
+  CHECK(has(v.err, "did not finish within 2 s (env.reference_timeout_s)"));
+  CHECK(secs < 120);  // not a hang (generous: the machine may be loaded)
+  // leap eval of a correct answer on the same task: the same error, not a hang.
+  dir.write("sol/relu/ok.md", test::read_file(kStarter + "/relu/solutions/cpu_loop.md"));
+  auto e = test::run_leap("eval --tasks " + (dir.path / "hang").string() + " --solutions " + (dir.path / "sol").string() +
+                          " --db " + (dir.path / "db.sqlite").string() + " --set env.reference_timeout_s=2");
+  INFO(e.out << e.err);
+  CHECK(e.rc == 1);
+  CHECK(has(e.err, "did not finish within 2 s"));
+}
+
+TEST_CASE("reliability: leap train with a reference that never returns fails the run, naming the task") {
+  test::TempDir dir;
+  std::string yaml = test::read_file(kStarter + "/relu/task.yaml");
+  const size_t at = yaml.find("reference:"), end = yaml.find("tolerance:", at);
+  REQUIRE(end != std::string::npos);
+  yaml = yaml.substr(0, at) +
+         "reference:\n  torchscript: |\n    def reference(x: Tensor) -> Tensor:\n        y = x\n"
+         "        while True:\n            y = y + 1.0\n        return y\n" +
+         yaml.substr(end);
+  dir.write("hang/relu/task.yaml", yaml);
+  dir.write("hang/relu/solutions/cpu_loop.md", test::read_file(kStarter + "/relu/solutions/cpu_loop.md"));
+  // SFT's wrong twins are graded by the environment first: that runs the reference.
+  const std::string cfg = dir.write(
+      "cfg.yaml", "model: {path: " + (test::tiny_model() / "tiny").string() + ", device: cpu}\ntasks: {dir: " +
+                      (dir.path / "hang").string() +
+                      ", eval_split: train}\nenv: {reference_timeout_s: 2, seeds: 1}\n"
+                      "train: {steps: 1, eval_every: 0, sft: {enabled: true, steps: 1, mutants: 1}}\n");
+  const std::string db = (dir.path / "db.sqlite").string();
+  auto r = test::run_leap("train " + cfg + " --db " + db + " --results-dir " + (dir.path / "results").string());
+  INFO(r.out << r.err);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "did not finish within 2 s"));
+  store::Store s(db);
+  auto runs = s.list_runs();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].status == store::RunStatus::failed);
+  CHECK(has(text(s, "SELECT message FROM events WHERE kind = 'error'"), "relu/task.yaml"));
 }

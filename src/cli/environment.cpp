@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "env/cpu_backend.hpp"
+#include "env/reference.hpp"
 #if LEAP_HAVE_NVRTC
 #include "env/cuda_backend.hpp"
 #endif
@@ -101,6 +102,7 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
   if (backend != "cpu" && backend != "cuda")
     throw UsageError("unknown backend '" + backend + "' (cpu or cuda)");
   auto out = std::make_unique<Environment>();
+  env::set_reference_time_limit(e.reference_timeout_s);
   set_cache_dir(*out, e, backend);
   out->backend = backend == "cpu" ? make_cpu_backend(e, out->cache_dir) : make_cuda_backend(e, out->cache_dir, true, cuda_device);
   env::PoolOptions po;

@@ -59,6 +59,7 @@ struct EnvConfig {
   int64_t seeds = 5;                   ///< correctness seeds (fresh random inputs each)
   double compile_timeout_s = 60.0;     ///< per-candidate compile limit (s)
   double run_timeout_s = 10.0;         ///< limit of one worker job (s): CPU time on cpu, wall time on cuda
+  double reference_timeout_s = 300.0;  ///< limit of one call of a task's reference (s); past it leap stops with an error
   bool compile_cache = true;           ///< reuse compiled artifacts keyed by source + flags hash
   std::string cache_dir = "results/cache";  ///< where compiled artifacts are kept
   int64_t feedback_max_chars = 2000;   ///< bound on the feedback text shown to the model

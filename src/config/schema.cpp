@@ -76,6 +76,8 @@ std::vector<Field> build() {
                 "compile time limit per candidate (s)", 0, kInf, true));
   s.push_back(F("env.run_timeout_s", FT::Double, member(&E_::env, &EnvConfig::run_timeout_s),
                 "limit of one worker run of a candidate (s): CPU time on the cpu backend (wall time capped at max(3x, +30 s)), wall time on cuda", 0, kInf, true));
+  s.push_back(F("env.reference_timeout_s", FT::Double, member(&E_::env, &EnvConfig::reference_timeout_s),
+                "limit of one call of a task's reference (s); past it leap stops with an error naming the task (0 = none)", 0, kInf, true));
   s.push_back(F("env.compile_cache", FT::Bool, member(&E_::env, &EnvConfig::compile_cache),
                 "reuse compiled artifacts keyed by a hash of source, compiler and flags"));
   s.push_back(F("env.cache_dir", FT::String, member(&E_::env, &EnvConfig::cache_dir),

@@ -1,5 +1,14 @@
 #include "env/reference.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "util/fatal.hpp"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/script.h>
 
@@ -158,7 +167,73 @@ RuntimeTask::~RuntimeTask() = default;
 
 // ---- Reference ---------------------------------------------------------------------------------
 
+namespace {
+
+// References in flight (this process), watched by one thread: a call past the limit ends the
+// process (util::fatal_exit: the run is marked failed by its hook), since a TorchScript call
+// cannot be interrupted. So a reference that never returns is an error naming its task, never a
+// hang of leap; nor does it make leap ignore SIGINT/SIGTERM (10 s after one, the same exit).
+struct Watch {
+  std::mutex mutex;
+  std::map<uint64_t, std::pair<std::string, std::chrono::steady_clock::time_point>> calls;
+  uint64_t next = 0;
+  std::atomic<double> limit_s{300};
+  bool started = false;
+};
+Watch& watch() {
+  static Watch* w = new Watch();  // never destroyed: its thread may outlive static destructors
+  return *w;
+}
+
+void watchdog_loop() {
+  Watch& w = watch();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard<std::mutex> lock(w.mutex);
+    const auto now = std::chrono::steady_clock::now();
+    const double limit = w.limit_s.load();
+    const double interrupted = util::interrupt_requested_at();
+    const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& [id, call] : w.calls) {
+      const double secs = std::chrono::duration<double>(now - call.second).count();
+      char lim[32];
+      std::snprintf(lim, sizeof lim, "%g", limit);
+      if (limit > 0 && secs > limit)
+        util::fatal_exit(call.first + ": the reference did not finish within " + lim +
+                         " s (env.reference_timeout_s): an infinite loop in the task's reference, or far too much "
+                         "work for this machine; leap stops");
+      if (interrupted > 0 && wall - interrupted > 10 && secs > 10)
+        util::fatal_exit(call.first + ": interrupted while the task's reference was running, and it did not return "
+                                      "within 10 s; leap stops");
+    }
+  }
+}
+
+struct CallGuard {
+  uint64_t id;
+  explicit CallGuard(const std::string& file) {
+    Watch& w = watch();
+    std::lock_guard<std::mutex> lock(w.mutex);
+    id = w.next++;
+    w.calls[id] = {file, std::chrono::steady_clock::now()};
+    if (!w.started) {
+      w.started = true;
+      std::thread(watchdog_loop).detach();
+    }
+  }
+  ~CallGuard() {
+    Watch& w = watch();
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.calls.erase(id);
+  }
+};
+
+}  // namespace
+
+void set_reference_time_limit(double seconds) { watch().limit_s.store(seconds); }
+
 std::vector<torch::Tensor> Reference::call(std::vector<c10::IValue> args) const {
+  CallGuard watched(file);
   c10::IValue result;
   try {
     if (impl->cu)

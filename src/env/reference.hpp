@@ -30,6 +30,12 @@ struct Reference {
   std::vector<torch::Tensor> call(std::vector<c10::IValue> args) const;
 };
 
+/// Time limit of one reference call in this process, seconds (`env.reference_timeout_s`; <= 0:
+/// none). A call past it ends the process with an error naming the task (util::fatal_exit, which
+/// marks a training run failed): a TorchScript call cannot be interrupted, and a hang of leap is
+/// worse. Default 300 s.
+void set_reference_time_limit(double seconds);
+
 /// Compiles a reference: the TorchScript `torchscript` source (torch.nn.functional / F. calls
 /// rewritten to the ATen builtins) defining `reference`, or, when the source is empty, the
 /// TorchScript module `file` (method `reference`, else `forward`). With `n_inputs` >= 0 the

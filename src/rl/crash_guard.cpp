@@ -10,6 +10,7 @@
 
 #include "env/zygote.hpp"
 #include "store/store.hpp"
+#include "util/fatal.hpp"
 
 namespace leap::rl {
 
@@ -86,6 +87,7 @@ CrashGuard::CrashGuard(const std::string& db_path, const std::string& run_id) {
   sa.sa_flags = SA_RESETHAND;
   for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) sigaction(kSignals[i], &sa, &g_old[i]);
   g_old_terminate = std::set_terminate(on_terminate);
+  util::set_fatal_exit_hook(run_helper);  // e.g. a reference that never returns (env/reference.hpp)
 }
 
 CrashGuard::~CrashGuard() {
@@ -93,6 +95,7 @@ CrashGuard::~CrashGuard() {
   g_armed = false;
   for (size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) sigaction(kSignals[i], &g_old[i], nullptr);
   std::set_terminate(g_old_terminate);
+  util::set_fatal_exit_hook(nullptr);
   g_exe[0] = 0;
 }
 

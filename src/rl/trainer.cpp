@@ -1,6 +1,7 @@
 #include "rl/trainer.hpp"
 
 #include "rl/crash_guard.hpp"
+#include "util/fatal.hpp"
 
 #include <torch/torch.h>
 #include <unistd.h>
@@ -58,7 +59,10 @@ using Clock = std::chrono::steady_clock;
 constexpr double kLeaseStaleSeconds = 2 * 3600.0;
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted = true; }
+extern "C" void on_sigint(int) {
+  g_interrupted = true;
+  util::note_interrupt();  // a reference that never returns cannot block the stop (env/reference.hpp)
+}
 
 /// Installs the SIGINT/SIGTERM handler for the life of a training call.
 class InterruptGuard {
