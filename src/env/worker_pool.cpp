@@ -467,6 +467,7 @@ struct WorkerPool::Worker {
   std::atomic<int>* current_launch = nullptr;  // in a shared page, written by the worker
   int jobs = 0;
   bool zygote_child = false;  // reaped through the zygote (exec mode), else by waitpid here
+  bool ready_pending = false; // its "ready" message (the sandbox report) is not read yet
 };
 
 WorkerPool::WorkerPool(std::shared_ptr<Backend> backend, PoolOptions options)
@@ -489,6 +490,13 @@ WorkerPool::WorkerPool(std::shared_ptr<Backend> backend, PoolOptions options)
     workers_.push_back(spawn());
     busy_.push_back(false);
     refill_.push_back(false);
+  }
+  try {
+    for (auto& w : workers_) check_ready(*w);  // a broken sandbox fails here, not at the first job
+  } catch (...) {
+    for (auto& w : workers_)
+      if (w) retire(*w, true);
+    throw;
   }
   refill_thread_ = std::thread([this] { refill_loop(); });
 }
@@ -608,9 +616,17 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_from_zygote() {
   }
   close(sv[1]);
   close(page_fd);
-  // The worker says whether its sandbox is in place before it takes a job.
+  // The worker says whether its sandbox is in place before it takes its first job; that message
+  // is read then (check_ready), so starting a spare costs the background thread only the fork.
+  w->ready_pending = true;
+  return w;
+}
+
+void WorkerPool::check_ready(Worker& w) {
+  if (!w.ready_pending) return;
+  w.ready_pending = false;
   std::string ready;
-  Recv r = recv_frame(w->sock, ready, true, Clock::now() + std::chrono::seconds(60));
+  Recv r = recv_frame(w.sock, ready, true, Clock::now() + std::chrono::seconds(60));
   std::string why;
   if (r != Recv::ok) {
     why = "the worker did not start (no ready message)";
@@ -623,11 +639,10 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_from_zygote() {
     }
   }
   if (!why.empty()) {
-    retire(*w, true);
+    retire(w, true);
     throw Error("cannot start a sandboxed worker (env.sandbox: " + std::string(to_string(options_.sandbox.mode)) +
                 "): " + why);
   }
-  return w;
 }
 
 int WorkerPool::wait_status(Worker& w) {
@@ -773,6 +788,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   }
   try {
     if (!w) w = spawn();
+    check_ready(*w);
   } catch (...) {
     release(nullptr);
     throw;
@@ -822,6 +838,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     ++replacements_;
     try {
       w = spawn();
+      check_ready(*w);
     } catch (...) {
       release(nullptr);
       throw;

@@ -107,6 +107,7 @@ class WorkerPool {
   std::unique_ptr<Worker> spawn_worker_process();
   std::unique_ptr<Worker> spawn_from_zygote();
   std::string worker_spec() const;
+  void check_ready(Worker& w);  ///< reads a new worker's ready message; throws if its sandbox failed
   int wait_status(Worker& w);  ///< reaps a dead (or killed) worker: its wait status
   void retire(Worker& w, bool kill_first);
 
