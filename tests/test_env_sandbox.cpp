@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -357,4 +358,55 @@ TEST_CASE("env sandbox: strict refuses a host without every protection, auto run
   } else {
     CHECK_THROWS_WITH_AS(WorkerPool(backend, po), doctest::Contains("env.sandbox is strict"), leap::Error);
   }
+}
+
+TEST_CASE("env sandbox: shrinking the tensor memory, signalling or reaching other processes, System V IPC") {
+  if (!host_has(&SandboxReport::seccomp)) return;
+  leap::test::TempDir dir;
+  // A host process of uid 65534 (what a compiler child or another worker runs as).
+  pid_t victim = fork();
+  REQUIRE(victim >= 0);
+  if (victim == 0) {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
+    }
+    for (;;) pause();
+  }
+  const std::string v = std::to_string(victim);
+  const std::string body =
+      "  for (int fd = 3; fd < 256; ++fd) { struct stat st; if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && ftruncate(fd, 0) == 0) r0 += 1; }\n"
+      "  if (kill(" + v + ", SIGKILL) == 0) r0 += 100;\n"
+      "  if (syscall(434 /* pidfd_open */, " + v + ", 0) >= 0) r0 += 1000;\n"
+      "  if (shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0666) >= 0) r0 += 10000;\n"
+      "  if (syscall(319 /* memfd_create */, \"x\", 0) >= 0) r0 += 100000;\n"
+      "  if (kill(getpid(), 0) == 0) r1 = 1;\n";
+  const std::string inc = "#include <csignal>\n#include <sys/stat.h>\n#include <sys/syscall.h>\n#include <sys/shm.h>\n";
+  Observed o = run_probe(dir, probe_code(inc, body), SandboxMode::auto_);  // the test process survives it
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  CHECK(o.r1 == 1);  // signals to itself still work
+  CHECK(kill(victim, 0) == 0);  // alive
+  kill(victim, SIGKILL);
+  waitpid(victim, nullptr, 0);
+}
+
+TEST_CASE("env sandbox: a forged huge reply, shared memory and thread floods are stopped") {
+  leap::test::TempDir dir;
+  // A 1 GiB frame header written to the worker's socket: refused unread.
+  const std::string forged = "  uint64_t len = 1ull << 30; for (int fd = 3; fd < 16; ++fd) write(fd, &len, sizeof len);\n";
+  Observed f = run_probe(dir, probe_code("", forged), SandboxMode::auto_);
+  CHECK(f.outcome.verdict == Verdict::runtime_error);
+  // Touched MAP_SHARED|MAP_ANONYMOUS memory counts against the limit (512 MB here).
+  const std::string shared =
+      "  char* p = (char*)mmap(nullptr, 1200ull << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);\n"
+      "  if (p != MAP_FAILED) for (unsigned long long i = 0; i < (1200ull << 20); i += 4096) ((volatile char*)p)[i] = 1;\n";
+  Observed m = run_probe(dir, probe_code("#include <sys/mman.h>\n", shared), SandboxMode::auto_);
+  CHECK(m.outcome.verdict == Verdict::runtime_error);
+  CHECK(m.outcome.message.find("env.worker_memory_mb") != std::string::npos);
+  // 3000 sleeping threads: past the worker's thread limit (1024).
+  const std::string threads =
+      "  static pthread_t t[3000]; for (int i = 0; i < 3000; ++i) { pthread_attr_t a; pthread_attr_init(&a);"
+      " pthread_attr_setstacksize(&a, 1 << 20); if (pthread_create(&t[i], &a, [](void*) -> void* { sleep(60); return nullptr; }, nullptr) == 0) r0 += 1; }\n";
+  Observed t = run_probe(dir, probe_code("#include <pthread.h>\n", threads), SandboxMode::auto_);
+  CHECK(t.outcome.verdict == Verdict::runtime_error);
+  CHECK(t.outcome.message.find("threads") != std::string::npos);
 }

@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "env/errors.hpp"
+#include "env/poison.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/subprocess.hpp"
@@ -72,8 +74,10 @@ void write_file(const fs::path& p, const std::string& text) {
 
 // Writes `text` to `p` atomically (temp file + rename).
 void write_file_atomic(const fs::path& p, const std::string& text) {
-  fs::path tmp = p;
-  tmp += ".tmp" + std::to_string(getpid());
+  static std::atomic<uint64_t> counter{0};
+  fs::path tmp = p;  // unique per process, thread and call: concurrent compiles of one answer never share it
+  tmp += ".tmp" + std::to_string(getpid()) + "-" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
+         "-" + std::to_string(counter++);
   write_file(tmp, text);
   fs::rename(tmp, p);
 }
@@ -288,7 +292,9 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   auto names = list_exports(work, "module.so", options_.sandbox);
   std::string names_text;
   for (const auto& n : names) names_text += n + "\n";
-  fs::rename(work / "module.so", so);  // before the .exports file, which marks the entry complete
+  // Copied by this process, not renamed: the cache entry is then owned by leap's user (mode 0644),
+  // not by the sandboxed compiler's uid, so no process of that uid can change it later.
+  write_file_atomic(so, read_file(work / "module.so"));  // before the .exports file, which marks the entry complete
   write_file_atomic(exports, names_text);
   out.ok = true;
   out.artifact.path = so.string();
@@ -361,6 +367,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   // Every input set runs at least once, even when warm-up + trials < sets: the verifier checks
   // each set's outputs after the timing loop.
   const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(n_rot));
+  const size_t n_tensors = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
   const auto job_start = Clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
   for (int t = 0; t < total; ++t) {
@@ -369,6 +376,15 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
     }
     const size_t rot = static_cast<size_t>(t) % n_rot;
+    // Every run starts from poisoned outputs (outside the timed region), so code that skips work
+    // when its outputs already hold numbers leaves NaN behind, which the verifier's check of every
+    // input set after the loop sees (wrong_output).
+    if (total > 1)
+      for (size_t i = 0; i < n_tensors; ++i) {
+        const size_t buf_index = request.rotations.empty() ? i : static_cast<size_t>(request.rotations[rot].at(i));
+        const BoundTensor& bt = plan.tensors.at(buf_index);
+        if (bt.role == TensorRole::output) poison(tensors.at(buf_index), bt.bytes(), bt.dtype);
+      }
     auto start = Clock::now();
     for (size_t li = 0; li < launches.size(); ++li) {
       if (current_launch) current_launch->store(static_cast<int>(li));

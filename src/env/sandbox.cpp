@@ -302,6 +302,21 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
                     SCMP_SYS(open_tree), SCMP_SYS(move_mount), SCMP_SYS(fsopen), SCMP_SYS(fsmount),
                     SCMP_SYS(name_to_handle_at), SCMP_SYS(open_by_handle_at), SCMP_SYS(kcmp)})
       deny(sys, EPERM);
+    // Other processes: nothing that reaches another process (a compiler child of the same uid,
+    // another worker, the host's nobody processes): no pidfds, signals only to itself, limits and
+    // priorities only of itself; no System V IPC and no memfds (memory outside every limit).
+    const scmp_datum_t me = static_cast<scmp_datum_t>(getpid());
+    for (int sys : {SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_getfd), SCMP_SYS(pidfd_send_signal),
+                    SCMP_SYS(process_madvise), SCMP_SYS(tkill), SCMP_SYS(ioprio_set), SCMP_SYS(shmget),
+                    SCMP_SYS(msgget), SCMP_SYS(semget), SCMP_SYS(memfd_create), SCMP_SYS(mq_open),
+                    SCMP_SYS(migrate_pages), SCMP_SYS(move_pages)})
+      deny(sys, EPERM);
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_NE, me));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1, SCMP_A0(SCMP_CMP_NE, me));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(rt_sigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, me));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(rt_tgsigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, me));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(prlimit64), 1, SCMP_A0(SCMP_CMP_NE, 0));
+    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1, SCMP_A1(SCMP_CMP_NE, 0));
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(bind), 0);
   }
@@ -355,6 +370,9 @@ AppliedSandbox enter_child_sandbox(const ChildSandbox& spec, const HostIsolation
         a.failed.push_back("filesystem isolation: " + e);
     }
   }
+  // Its own System V IPC / POSIX message queue namespace: nothing shared with the host or other
+  // jobs, and whatever it creates is gone when it exits.
+  if (ns && unshare(CLONE_NEWIPC) != 0) a.failed.push_back(errno_text("unshare(CLONE_NEWIPC)"));
   if (spec.drop_privileges) {
     std::string e = drop_privileges(host);
     if (e.empty())
@@ -376,6 +394,10 @@ AppliedSandbox enter_child_sandbox(const ChildSandbox& spec, const HostIsolation
   }
   if (spec.address_space_mb > 0 &&
       !(e = set_limit(RLIMIT_AS, static_cast<rlim_t>(spec.address_space_mb) << 20, "RLIMIT_AS")).empty())
+    a.failed.push_back(e);
+  // Threads of all of uid 65534 (a root host): a backstop to the pool's per-worker thread watch.
+  if (spec.no_processes && host.root && spec.drop_privileges &&
+      !(e = set_limit(RLIMIT_NPROC, 4096, "RLIMIT_NPROC")).empty())
     a.failed.push_back(e);
   if (spec.cpu_seconds > 0) {
     rlimit r{static_cast<rlim_t>(spec.cpu_seconds + 1), static_cast<rlim_t>(spec.cpu_seconds + 5)};

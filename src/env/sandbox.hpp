@@ -44,6 +44,7 @@ struct SandboxOptions {
   int64_t scratch_mb = 64;     ///< size of the per-job scratch folder (/tmp, a tmpfs), MB
   int64_t file_size_mb = 64;   ///< RLIMIT_FSIZE: the largest file a child may write, MB
   int64_t open_files = 256;    ///< RLIMIT_NOFILE of a worker
+  int64_t max_threads = 1024;  ///< threads of a cpu worker; past it the pool stops it (runtime_error)
 };
 
 /// The auto memory limit of a worker: a quarter of the machine's memory, clamped to

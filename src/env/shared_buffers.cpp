@@ -1,5 +1,7 @@
 #include "env/shared_buffers.hpp"
 
+#include <fcntl.h>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,13 +35,20 @@ SharedBuffers::SharedBuffers(const std::vector<BoundTensor>& tensors) {
   std::vector<size_t> sizes;
   for (const auto& t : tensors) sizes.push_back(t.bytes());
   layout_ = BufferLayout::make(sizes);
-  fd_ = memfd_create("leap-tensors", MFD_CLOEXEC);
+  fd_ = memfd_create("leap-tensors", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) throw Error(std::string("memfd_create: ") + std::strerror(errno));
   if (ftruncate(fd_, static_cast<off_t>(layout_.total_bytes)) != 0) {
     int e = errno;
     release();
     throw Error("cannot size shared tensor memory to " + std::to_string(layout_.total_bytes) +
                 " bytes: " + std::strerror(e));
+  }
+  // Sealed at its size: a worker (running untrusted code) cannot shrink it under the parent's
+  // mapping (the parent would die of SIGBUS reading the outputs), nor grow it.
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    release();
+    throw Error(std::string("cannot seal shared tensor memory: ") + std::strerror(e));
   }
   void* p = mmap(nullptr, layout_.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {

@@ -119,14 +119,24 @@ double process_cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / ticks;
 }
 
-// Resident memory of process `pid` that is its own (resident minus shared pages: the tensors are
-// a shared memfd and do not count), bytes; 0 if it cannot be read.
-int64_t process_private_bytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/statm");
-  long long size = 0, resident = 0, shared = 0;
-  if (!(in >> size >> resident >> shared)) return 0;
-  static const long page = sysconf(_SC_PAGESIZE);
-  return static_cast<int64_t>(std::max(0LL, resident - shared)) * page;
+// What the pool watches of a worker, from /proc/PID/status: its own memory (anonymous plus shared
+// memory, less the tensors it was given: MAP_SHARED|MAP_ANONYMOUS pages count too) and its threads.
+struct ProcessUse {
+  int64_t memory_bytes = 0;
+  int64_t threads = 0;
+};
+ProcessUse process_use(pid_t pid, int64_t tensor_bytes) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  ProcessUse u;
+  int64_t anon_kb = 0, shmem_kb = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("RssAnon:", 0) == 0) anon_kb = std::atoll(line.c_str() + 8);
+    else if (line.rfind("RssShmem:", 0) == 0) shmem_kb = std::atoll(line.c_str() + 9);
+    else if (line.rfind("Threads:", 0) == 0) u.threads = std::atoll(line.c_str() + 8);
+  }
+  const int64_t shmem = shmem_kb * 1024;
+  u.memory_bytes = anon_kb * 1024 + std::max<int64_t>(0, shmem - tensor_bytes);
+  return u;
 }
 
 Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadline, std::vector<int>* fd_out) {
@@ -164,11 +174,16 @@ Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadl
   return Recv::ok;
 }
 
-Recv recv_frame(int sock, std::string& body, bool timed, Clock::time_point deadline, std::vector<int>* fd_out = nullptr) {
+// A worker's reply is small (a verdict, a bounded message, one time per trial): anything larger
+// is a forged frame of the code it runs, refused before it is read.
+constexpr uint64_t kMaxReplyBytes = uint64_t(16) << 20;
+
+Recv recv_frame(int sock, std::string& body, bool timed, Clock::time_point deadline, std::vector<int>* fd_out = nullptr,
+                uint64_t max_len = uint64_t(1) << 30) {
   uint64_t len = 0;
   Recv r = recv_exact(sock, reinterpret_cast<char*>(&len), sizeof len, timed, deadline, fd_out);
   if (r != Recv::ok) return r;
-  if (len > (uint64_t(1) << 30)) return Recv::error;
+  if (len > max_len) return Recv::error;
   body.resize(len);
   return recv_exact(sock, body.data(), len, timed, deadline, nullptr);
 }
@@ -367,6 +382,8 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       if (fds.empty()) throw Error("no tensor memory was passed to the worker");
       base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
       if (base == MAP_FAILED) throw Error(std::string("worker mmap: ") + std::strerror(errno));
+      close(fds[0]);  // mapped: the code need not find the memfd among its fds
+      fds[0] = -1;
       for (const auto& g : job.at("guards"))
         mprotect(static_cast<char*>(base) + g.at(0).get<size_t>(), g.at(1).get<size_t>(), PROT_NONE);
       std::vector<void*> ptrs;
@@ -404,7 +421,8 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       out.message += " (an allocation failed: the worker's memory limit is " + mb_text(ctx.memory_limit_bytes) +
                      " beyond its tensors, env.worker_memory_mb)";
     if (base != MAP_FAILED) munmap(base, total);
-    for (int fd : fds) close(fd);
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
     if (!scratch_copy.empty()) unlink(scratch_copy.c_str());
     if (!send_frame(sock, outcome_to_json(out).dump())) return 1;
     if (backend.worker_must_exit()) return 0;  // e.g. a poisoned CUDA context
@@ -451,6 +469,7 @@ int worker_process_main(const std::string& spec_json, int sock, int status_fd, c
   if (applied.filesystem) {
     if (chdir("/tmp") != 0) applied.failed.push_back("chdir /tmp");
   }
+  if (mode != SandboxMode::off && fs == "minimal") clearenv();  // a cpu worker needs none (not even PATH)
   const bool ok = mode != SandboxMode::strict || applied.failed.empty();
   std::string failed;
   for (const auto& f : applied.failed) failed += (failed.empty() ? "" : "; ") + f;
@@ -855,6 +874,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   Recv r = Recv::ok;
   bool cpu_limited = false;  // the timeout, if any, was the CPU-time limit
   bool over_memory = false;  // the worker's own memory passed the limit
+  int64_t too_many_threads = 0;  // the worker's thread count when it passed the limit
   const int64_t memory_limit = memory_limit_mb_ << 20;
   if (timeout_s > 0 || memory_limit > 0) {
     // Wait in slices of at most 50 ms, checking the limit between them.
@@ -873,14 +893,21 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
         cpu_limited = true;
         break;
       }
-      if (memory_limit > 0 && process_private_bytes(w->pid) > memory_limit) {
-        over_memory = true;
-        break;
+      if (memory_limit > 0) {
+        const ProcessUse use = process_use(w->pid, static_cast<int64_t>(layout.total_bytes));
+        if (use.memory_bytes > memory_limit) {
+          over_memory = true;
+          break;
+        }
+        if (use.threads > options_.sandbox.max_threads) {
+          too_many_threads = use.threads;
+          break;
+        }
       }
     }
-    if (r == Recv::ok) r = recv_frame(w->sock, reply, true, Clock::now() + std::chrono::seconds(30));
+    if (r == Recv::ok) r = recv_frame(w->sock, reply, true, Clock::now() + std::chrono::seconds(30), nullptr, kMaxReplyBytes);
   } else {
-    r = recv_frame(w->sock, reply, false, Clock::now());
+    r = recv_frame(w->sock, reply, false, Clock::now(), nullptr, kMaxReplyBytes);
   }
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -896,6 +923,15 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       out.message = std::string("the worker's reply was garbled: ") + e.what();
       dead = true;
     }
+  } else if (r == Recv::timeout && too_many_threads > 0) {
+    int running = w->current_launch->load();
+    kill(-w->pid, SIGKILL);
+    kill(w->pid, SIGKILL);
+    out.verdict = Verdict::runtime_error;
+    out.failed_launch = running;
+    out.message = "the code started " + std::to_string(too_many_threads) + " threads, more than the worker's limit of " +
+                  std::to_string(options_.sandbox.max_threads) + ", and was stopped" + launch_text(plan, running);
+    dead = true;
   } else if (r == Recv::timeout && over_memory) {
     int running = w->current_launch->load();
     kill(-w->pid, SIGKILL);

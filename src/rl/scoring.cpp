@@ -8,12 +8,16 @@
 
 namespace leap::rl {
 
-RolloutOutcome outcome_of(const RolloutResult& rollout) {
+RolloutOutcome outcome_of(const RolloutResult& rollout, double suspicious_cap) {
   RolloutOutcome o;
   for (const auto& t : rollout.turns) {
     const bool ok = t.result.is_correct();
     o.turn_correct.push_back(ok);
-    o.turn_speedup.push_back(ok ? t.result.speedup : std::nan(""));
+    // A suspicious speedup never earns more than the threshold (the verifier stores it capped;
+    // this holds for results from elsewhere too).
+    double sp = ok ? t.result.speedup : std::nan("");
+    if (ok && t.result.suspicious && !(sp <= suspicious_cap)) sp = suspicious_cap;
+    o.turn_speedup.push_back(sp);
   }
   o.completion_tokens = rollout.completion_tokens();
   return o;
@@ -23,7 +27,7 @@ std::vector<ScoredRollout> score_group(const GroupResult& group, const config::E
   const size_t G = group.rollouts.size();
   std::vector<ScoredRollout> out(G);
   std::vector<RolloutOutcome> outcomes;
-  for (const auto& ro : group.rollouts) outcomes.push_back(outcome_of(ro));
+  for (const auto& ro : group.rollouts) outcomes.push_back(outcome_of(ro, exp.env.timing.suspicious_speedup));
   const double gamma = exp.turns.gamma;
   const double cap = exp.reward.kernelgym_speedup_cap;
 

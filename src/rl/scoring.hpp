@@ -2,6 +2,7 @@
 // From a group's graded rollouts to rewards and per-sample advantages: the configured reward
 // kind, its advantage (estimator, discounted returns, turn credit), and every reward component
 // for the store (DESIGN.md section 4).
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,8 +23,9 @@ struct ScoredRollout {
   std::vector<double> turn_advantages;  ///< advantage applied to each graded turn's tokens
 };
 
-/// The RolloutOutcome of a rollout (correctness, speedups, tokens).
-RolloutOutcome outcome_of(const RolloutResult& rollout);
+/// The RolloutOutcome of a rollout (correctness, speedups, tokens). A suspicious result's speedup
+/// counts as at most `suspicious_cap` (env.timing.suspicious_speedup; docs/training.md).
+RolloutOutcome outcome_of(const RolloutResult& rollout, double suspicious_cap = HUGE_VAL);
 
 /// Scores a group with the experiment's `reward`, `advantage` and `turns.gamma`:
 /// rank: r_i from the tournament is the advantage, turn credit gamma^(k_i - t) A_i for A_i > 0;
