@@ -307,10 +307,14 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
     // priorities only of itself; no System V IPC and no memfds (memory outside every limit).
     const scmp_datum_t me = static_cast<scmp_datum_t>(getpid());
     for (int sys : {SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_getfd), SCMP_SYS(pidfd_send_signal),
-                    SCMP_SYS(process_madvise), SCMP_SYS(tkill), SCMP_SYS(ioprio_set), SCMP_SYS(shmget),
-                    SCMP_SYS(msgget), SCMP_SYS(semget), SCMP_SYS(memfd_create), SCMP_SYS(mq_open),
-                    SCMP_SYS(migrate_pages), SCMP_SYS(move_pages)})
+                    SCMP_SYS(process_madvise), SCMP_SYS(tkill), SCMP_SYS(ioprio_set), SCMP_SYS(migrate_pages),
+                    SCMP_SYS(move_pages)})
       deny(sys, EPERM);
+    // (cpu workers only: the CUDA driver may use shared memory and memfds itself, and a cuda
+    // worker runs no host code of the answer)
+    if (no_unix_connect)
+      for (int sys : {SCMP_SYS(shmget), SCMP_SYS(msgget), SCMP_SYS(semget), SCMP_SYS(memfd_create), SCMP_SYS(mq_open)})
+        deny(sys, EPERM);
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_NE, me));
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1, SCMP_A0(SCMP_CMP_NE, me));
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(rt_sigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, me));

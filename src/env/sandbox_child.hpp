@@ -29,8 +29,8 @@ struct ChildSandbox {
   enum class Fs { none, minimal, host_readonly };
   Fs fs = Fs::minimal;          ///< minimal root (cpu workers, compiles) or the host read-only (cuda)
   bool no_processes = true;     ///< seccomp worker profile (no fork/exec...); false: network filter only
-  bool no_unix_connect = true;  ///< with no_processes: also refuse connect/bind (cpu workers; the
-                                ///< CUDA driver may talk to its daemons over unix sockets)
+  bool no_unix_connect = true;  ///< with no_processes: also refuse connect/bind, System V IPC and
+                                ///< memfds (cpu workers; the CUDA driver may use all of them)
   bool drop_privileges = true;  ///< uid/gid 65534 on a root host; no capabilities in a user namespace
   std::string bind_rw_path;     ///< host folder mounted writable at /build (a compile's build folder)
   std::vector<std::string> extra_ro;  ///< more host paths visible read-only at the same path
