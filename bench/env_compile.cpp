@@ -17,6 +17,7 @@
 
 #include "env/extract.hpp"
 #include "env/nvrtc_compiler.hpp"
+#include "util/fs.hpp"
 #include "util/subprocess.hpp"
 
 namespace fs = std::filesystem;
@@ -162,6 +163,6 @@ int main(int argc, char** argv) {
   } else {
     std::printf("torch load_inline: not measured (no python at %s)\n", python.c_str());
   }
-  std::system(("rm -rf '" + tmp.string() + "'").c_str());
+  util::remove_tree(tmp);
   return 0;
 }

@@ -27,6 +27,7 @@
 #include "env/verifier.hpp"
 #include "env/worker_pool.hpp"
 #include "tasks/task_spec.hpp"
+#include "util/fs.hpp"
 
 namespace fs = std::filesystem;
 using namespace leap;
@@ -148,7 +149,5 @@ int main(int argc, char** argv) {
                   100 * median(jb) / total, median(pa), 100 * median(pa) / total, median(sp));
     }
   }
-  std::error_code ec;
-  std::string cmd = "rm -rf '" + cache_dir + "'";
-  return std::system(cmd.c_str()) == 0 ? 0 : 1;
+  return util::remove_tree(cache_dir) ? 0 : 1;
 }

@@ -144,10 +144,10 @@ bool host_has(bool SandboxReport::*field) {
 TEST_CASE("env sandbox: the report names every protection and leap version prints it") {
   SandboxReport r = host_sandbox_report();
   CHECK(r.summary().rfind("sandbox: ", 0) == 0);
-  CHECK((r.complete() == r.missing.empty()));
+  // Another process (a fresh leap and its own zygote probe) reports the same protections.
   auto v = leap::test::run_leap("version");
   CHECK(v.rc == 0);
-  CHECK(v.out.find("sandbox: ") != std::string::npos);
+  CHECK(v.out.find(r.summary() + "\n") != std::string::npos);
   // The zygote is an exec-started leap, not a fork of this process.
   char buf[4096];
   const pid_t z = Zygote::shared().pid();

@@ -1,7 +1,6 @@
 #include "env/cpu_backend.hpp"
 
 #include <dlfcn.h>
-#include <ftw.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,11 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "env/errors.hpp"
 #include "env/poison.hpp"
 #include "util/error.hpp"
+#include "util/fs.hpp"
 #include "util/hash.hpp"
 #include "util/subprocess.hpp"
 #include "env/zygote.hpp"
@@ -46,19 +45,6 @@ std::string cache_key(const std::string& data) {
   return buf;
 }
 
-// Recursive delete through nftw. Not std::filesystem::remove_all: libtorch.so exports its own
-// std::filesystem operations, and its remove_all crashes when called from our binaries.
-void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) {
-        ::remove(p);
-        return 0;  // keep going past a failure
-      },
-      16,
-      FTW_DEPTH | FTW_PHYS);
-}
-
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
@@ -70,16 +56,6 @@ void write_file(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
   out << text;
   if (!out) throw Error("cannot write " + p.string());
-}
-
-// Writes `text` to `p` atomically (temp file + rename).
-void write_file_atomic(const fs::path& p, const std::string& text) {
-  static std::atomic<uint64_t> counter{0};
-  fs::path tmp = p;  // unique per process, thread and call: concurrent compiles of one answer never share it
-  tmp += ".tmp" + std::to_string(getpid()) + "-" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
-         "-" + std::to_string(counter++);
-  write_file(tmp, text);
-  fs::rename(tmp, p);
 }
 
 // The first `max_errors` compiler errors with their context lines.
@@ -254,7 +230,7 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   const fs::path work(tmpl);
   struct Cleanup {
     fs::path p;
-    ~Cleanup() { remove_tree(p.string()); }
+    ~Cleanup() { util::remove_tree(p); }
   } cleanup{work};
   write_file(work / "solution.cpp", code);
   write_file(work / "leap_trampolines.cpp", tramp);
@@ -286,7 +262,7 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   }
   if (!r.ok()) {
     out.feedback = compile_feedback(out.log, options_.feedback_errors, options_.feedback_chars, header);
-    write_file_atomic(fail, out.log);
+    util::write_file_atomic(fail, out.log);
     return out;
   }
   auto names = list_exports(work, "module.so", options_.sandbox);
@@ -294,8 +270,8 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   for (const auto& n : names) names_text += n + "\n";
   // Copied by this process, not renamed: the cache entry is then owned by leap's user (mode 0644),
   // not by the sandboxed compiler's uid, so no process of that uid can change it later.
-  write_file_atomic(so, read_file(work / "module.so"));  // before the .exports file, which marks the entry complete
-  write_file_atomic(exports, names_text);
+  util::write_file_atomic(so, read_file(work / "module.so"));  // before the .exports file, which marks the entry complete
+  util::write_file_atomic(exports, names_text);
   out.ok = true;
   out.artifact.path = so.string();
   out.artifact.exports = std::move(names);

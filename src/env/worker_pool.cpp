@@ -493,6 +493,7 @@ WorkerPool::WorkerPool(std::shared_ptr<Backend> backend, PoolOptions options)
     : backend_(std::move(backend)), options_(options) {
   if (options_.workers < 1) options_.workers = 1;
   if (backend_->name() == "cpu") memory_limit_mb_ = resolved_memory_mb(options_.sandbox.memory_mb);
+  worker_spec_ = worker_spec();
   if (options_.spawn == PoolOptions::Spawn::exec) {
     const SandboxReport report = Zygote::shared().report();
     if (options_.sandbox.mode == SandboxMode::strict && !report.complete())
@@ -626,7 +627,7 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_from_zygote() {
   w->current_launch = status;
   w->zygote_child = true;
   try {
-    w->pid = Zygote::shared().spawn_worker(worker_spec(), sv[1], page_fd);
+    w->pid = Zygote::shared().spawn_worker(worker_spec_, sv[1], page_fd);
   } catch (...) {
     close(sv[1]);
     close(page_fd);

@@ -106,7 +106,8 @@ class WorkerPool {
   std::unique_ptr<Worker> spawn();  ///< a zygote child, or a fork on the process-wide thread
   std::unique_ptr<Worker> spawn_worker_process();
   std::unique_ptr<Worker> spawn_from_zygote();
-  std::string worker_spec() const;
+  std::string worker_spec() const;  ///< what every worker of this pool is told (computed once)
+  std::string worker_spec_;
   void check_ready(Worker& w);  ///< reads a new worker's ready message; throws if its sandbox failed
   int wait_status(Worker& w);  ///< reaps a dead (or killed) worker: its wait status
   void retire(Worker& w, bool kill_first);

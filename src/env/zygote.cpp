@@ -147,7 +147,7 @@ std::vector<std::string> zygote_environment() {
 
 // ---- zygote side -------------------------------------------------------------------------------
 
-void child_common(int keep_from) {
+void child_common() {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   setpgid(0, 0);
   for (int s = 1; s < NSIG; ++s)
@@ -155,7 +155,22 @@ void child_common(int keep_from) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  (void)keep_from;
+}
+
+// Forks a child of the zygote that runs `child` (which must not return) after child_common();
+// the reply names its pid, or why there is none.
+template <class F>
+json fork_child(const char* op, const std::vector<int>& fds, size_t want_fds, F child) {
+  if (fds.size() != want_fds)
+    return {{"error", std::string(op) + " request needs " + std::to_string(want_fds) + " fds"}};
+  pid_t pid = fork();
+  if (pid < 0) return {{"error", std::string("fork: ") + std::strerror(errno)}};
+  if (pid == 0) {
+    child_common();
+    child();
+    _exit(1);
+  }
+  return {{"pid", pid}};
 }
 
 // Moves `fds` to 3, 4, ... (in order) and closes everything above them.
@@ -195,24 +210,15 @@ void write_all(int fd, const std::string& s) {
 }
 
 json serve_worker(const json& req, std::vector<int>& fds, const HostIsolation& host) {
-  if (fds.size() != 2) return {{"error", "worker request needs 2 fds"}};
-  pid_t pid = fork();
-  if (pid < 0) return {{"error", std::string("fork: ") + std::strerror(errno)}};
-  if (pid == 0) {
-    child_common(3);
+  return fork_child("worker", fds, 2, [&] {
     devnull_stdio(true);
     place_fds(fds);  // 3 = socket, 4 = status page
     _exit(worker_process_main(req.at("spec").get<std::string>(), 3, 4, host));
-  }
-  return {{"pid", pid}};
+  });
 }
 
 json serve_exec(const json& req, std::vector<int>& fds, const HostIsolation& host) {
-  if (fds.size() != 2) return {{"error", "exec request needs 2 fds"}};
-  pid_t pid = fork();
-  if (pid < 0) return {{"error", std::string("fork: ") + std::strerror(errno)}};
-  if (pid == 0) {
-    child_common(3);
+  return fork_child("exec", fds, 2, [&] {
     int out = fds[0];
     devnull_stdio(false);
     dup2(out, 1);
@@ -255,16 +261,11 @@ json serve_exec(const json& req, std::vector<int>& fds, const HostIsolation& hos
     execvp(argv[0], argv.data());
     write_all(1, std::string("leap-exec-failed: ") + args[0] + ": " + std::strerror(errno) + "\n");
     _exit(127);
-  }
-  return {{"pid", pid}};
+  });
 }
 
 json serve_call(const json& req, std::vector<int>& fds) {
-  if (fds.size() != 1) return {{"error", "call request needs 1 fd"}};
-  pid_t pid = fork();
-  if (pid < 0) return {{"error", std::string("fork: ") + std::strerror(errno)}};
-  if (pid == 0) {
-    child_common(3);
+  return fork_child("call", fds, 1, [&] {
     devnull_stdio(true);
     const std::string fn = req.at("function").get<std::string>();
     const std::string arg = req.at("arg").get<std::string>();
@@ -275,8 +276,7 @@ json serve_call(const json& req, std::vector<int>& fds) {
     if (text.empty()) text = "error\nunknown zygote function '" + fn + "'";
     write_all(fds[0], text);
     _exit(0);
-  }
-  return {{"pid", pid}};
+  });
 }
 
 // Exit statuses of the zygote's own children reaped early (reap_strays), until asked for.
@@ -576,8 +576,8 @@ util::ProcessResult Zygote::run(const std::vector<std::string>& argv, const Comm
     throw Error("cannot open the work folder " + dir + ": " + std::strerror(errno));
   }
   // On a root host the command runs as uid 65534: it must be able to write its work folder.
-  if (geteuid() == 0 && sb.mode != SandboxMode::off && !dir.empty() && chown(dir.c_str(), 65534, 65534) != 0) {
-  }
+  if (geteuid() == 0 && sb.mode != SandboxMode::off && !dir.empty())
+    (void)!chown(dir.c_str(), 65534, 65534);  // if it fails, the compile's own error says so
   json req{{"op", "exec"},           {"argv", argv},          {"mode", to_string(sb.mode)}, {"work_dir", dir},
            {"extra_ro", sb.extra_ro}, {"address_space_mb", sb.address_space_mb},
            {"file_size_mb", sb.file_size_mb}};

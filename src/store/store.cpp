@@ -343,6 +343,27 @@ std::int64_t Store::create_evaluation(const EvaluationInfo& info) {
   return db_.last_insert_rowid();
 }
 
+namespace {
+
+// The eval_results rows of one evaluation (inside the caller's transaction).
+void insert_eval_results(Database& db, std::int64_t evaluation_id, const std::vector<EvalResultRecord>& results) {
+  TaskResolver tasks(db);
+  Statement st = db.prepare(
+      "INSERT INTO eval_results (evaluation_id, task_id, sample, turn, verdict, speedup, "
+      "candidate_ms, reference_ms, file, suspicious) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+  for (const EvalResultRecord& r : results) {
+    const std::int64_t task_id = tasks.resolve(r.task);
+    st.reset();
+    st.bind_int64(1, evaluation_id).bind_int64(2, task_id).bind_int64(3, r.sample);
+    st.bind_int64(4, r.turn).bind_text(5, r.verdict).bind_opt_double(6, r.speedup);
+    st.bind_opt_double(7, r.candidate_ms).bind_opt_double(8, r.reference_ms);
+    st.bind_opt_text(9, r.file).bind_int64(10, r.suspicious ? 1 : 0);
+    st.run();
+  }
+}
+
+}  // namespace
+
 std::int64_t Store::write_evaluation(const EvaluationInfo& info, const std::vector<EvalResultRecord>& results,
                                      const std::vector<MetricRecord>& metrics) {
   try {
@@ -354,19 +375,7 @@ std::int64_t Store::write_evaluation(const EvaluationInfo& info, const std::vect
     ev.bind_double(4, info.created_at.value_or(unix_now())).bind_text(5, info.settings_json);
     ev.run();
     const std::int64_t evaluation_id = db_.last_insert_rowid();
-    TaskResolver tasks(db_);
-    Statement st = db_.prepare(
-        "INSERT INTO eval_results (evaluation_id, task_id, sample, turn, verdict, speedup, "
-        "candidate_ms, reference_ms, file, suspicious) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
-    for (const EvalResultRecord& r : results) {
-      const std::int64_t task_id = tasks.resolve(r.task);
-      st.reset();
-      st.bind_int64(1, evaluation_id).bind_int64(2, task_id).bind_int64(3, r.sample);
-      st.bind_int64(4, r.turn).bind_text(5, r.verdict).bind_opt_double(6, r.speedup);
-      st.bind_opt_double(7, r.candidate_ms).bind_opt_double(8, r.reference_ms);
-      st.bind_opt_text(9, r.file).bind_int64(10, r.suspicious ? 1 : 0);
-      st.run();
-    }
+    insert_eval_results(db_, evaluation_id, results);
     if (!metrics.empty()) {
       if (!info.run_id) throw StoreError("metrics of an evaluation need its run");
       Statement metric = db_.prepare(kInsertMetric);
@@ -387,19 +396,7 @@ void Store::add_eval_results(std::int64_t evaluation_id,
                              const std::vector<EvalResultRecord>& results) {
   try {
     Transaction tx(db_);
-    TaskResolver tasks(db_);
-    Statement st = db_.prepare(
-        "INSERT INTO eval_results (evaluation_id, task_id, sample, turn, verdict, speedup, "
-        "candidate_ms, reference_ms, file, suspicious) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
-    for (const EvalResultRecord& r : results) {
-      const std::int64_t task_id = tasks.resolve(r.task);
-      st.reset();
-      st.bind_int64(1, evaluation_id).bind_int64(2, task_id).bind_int64(3, r.sample);
-      st.bind_int64(4, r.turn).bind_text(5, r.verdict).bind_opt_double(6, r.speedup);
-      st.bind_opt_double(7, r.candidate_ms).bind_opt_double(8, r.reference_ms);
-      st.bind_opt_text(9, r.file).bind_int64(10, r.suspicious ? 1 : 0);
-      st.run();
-    }
+    insert_eval_results(db_, evaluation_id, results);
     tx.commit();
   } catch (const StoreError& e) {
     throw StoreError("store " + path() + ": add_eval_results for evaluation " +

@@ -13,7 +13,7 @@ namespace leap::util {
 /// else strerror(err).
 std::string io_error_text(int err);
 
-/// Writes `bytes` to `path` whole or not at all: to "<path>.tmp" first (created or truncated),
+/// Writes `bytes` to `path` whole or not at all: to "<path>.tmp.<pid>.<thread>.<n>" first,
 /// every write checked, fsync'ed, its size checked against `bytes`, then renamed over `path` (and
 /// the folder fsync'ed). On any failure the temporary file is removed and leap::Error is thrown
 /// naming the path and the cause ("disk full" for ENOSPC); an existing `path` is left as it was.
