@@ -54,6 +54,7 @@ import torch
 from torch.utils.cpp_extension import load_inline
 cuda_src = open(sys.argv[1]).read() + r'''
 #include <torch/extension.h>
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 torch::Tensor relu_launch(torch::Tensor x) {
   auto y = torch::empty_like(x);
   long long n = x.numel();

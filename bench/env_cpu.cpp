@@ -28,6 +28,7 @@
 #include "env/worker_pool.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/fs.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace fs = std::filesystem;
 using namespace leap;

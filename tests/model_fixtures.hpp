@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace leap_test {
 

@@ -15,6 +15,7 @@
 #include "model/transformer.hpp"
 #include "model_fixtures.hpp"
 #include "support.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap::model;
 namespace fs = std::filesystem;

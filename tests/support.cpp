@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace leap::test {
 

@@ -8,6 +8,7 @@
 #include "config/schema.hpp"
 #include "support.hpp"
 #include "util/error.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap;
 using namespace leap::config;

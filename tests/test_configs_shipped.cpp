@@ -5,6 +5,7 @@
 
 #include "config/experiment.hpp"
 #include "config/load.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap::config;
 

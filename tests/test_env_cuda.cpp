@@ -30,6 +30,7 @@
 #include "env/worker_pool.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap::env;
 namespace fs = std::filesystem;

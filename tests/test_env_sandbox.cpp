@@ -29,6 +29,7 @@
 #include "env/worker_pool.hpp"
 #include "env/zygote.hpp"
 #include "support.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap::env;
 namespace fs = std::filesystem;

@@ -9,6 +9,7 @@
 #include "rl/scoring.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap;
 

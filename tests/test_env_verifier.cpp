@@ -17,6 +17,7 @@
 #include "env/verifier.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using namespace leap::env;
 namespace fs = std::filesystem;

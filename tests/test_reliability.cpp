@@ -26,6 +26,7 @@
 #include "util/error.hpp"
 #include "util/fs.hpp"
 #include "util/process_info.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace fs = std::filesystem;
 using namespace leap;

@@ -18,6 +18,7 @@
 #include "store/store.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace fs = std::filesystem;
 using namespace leap;

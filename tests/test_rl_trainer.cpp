@@ -26,6 +26,7 @@
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace fs = std::filesystem;
 using namespace leap;

@@ -27,6 +27,7 @@
 #include "store/store.hpp"
 #include "store/transaction.hpp"
 #include "util/error.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace fs = std::filesystem;
 using namespace leap::store;

@@ -6,6 +6,7 @@
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using leap::tasks::load_task;
 using leap::tasks::load_task_set;

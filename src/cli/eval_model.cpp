@@ -24,6 +24,7 @@
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace leap::cli {
 

@@ -5,6 +5,7 @@
 
 #include "util/error.hpp"
 #include "util/subprocess.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 #ifndef LEAP_BUILD_PYTHON
 #define LEAP_BUILD_PYTHON ""
