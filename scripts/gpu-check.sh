@@ -16,7 +16,7 @@ ROOT=$PWD
 DEBS=$ROOT/.gpu-debs
 PKGS="libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 doctest-dev
       libsqlite3-dev libsqlite3-0 nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0
-      libpcre2-posix3 libutf8proc-dev libutf8proc2 libseccomp-dev libseccomp2 pkgconf pkgconf-bin libpkgconf3"
+      libpcre2-posix3 libutf8proc-dev libutf8proc2 libseccomp-dev libseccomp2 libssl-dev libssl3 pkgconf pkgconf-bin libpkgconf3"
 
 if [ "${1:-}" = "--fetch-debs" ]; then
   mkdir -p "$DEBS"

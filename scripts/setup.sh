@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config git python3 python3-venv
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev doctest-dev libsqlite3-dev sqlite3
-  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libseccomp-dev gnuplot-nox
+  nlohmann-json3-dev libpcre2-dev libutf8proc-dev libseccomp-dev libssl-dev gnuplot-nox
   libgloo-dev)  # headers only: c10d's ProcessGroupGloo.hpp needs them (src/dist, docs/distributed.md)
 
 say() { echo "[setup] $*"; }

@@ -443,3 +443,43 @@ extern "C" void vadd(const float* a, const float* b, float* c, int64_t n, float 
   CHECK(hang_out.message.find("within 1.2 s of CPU time") != std::string::npos);
 }
 
+
+TEST_CASE("env: identical answers compiled concurrently by several threads and backends share one cache entry") {
+  // Two backends on one cache folder (as two processes would be) and two threads each, compiling
+  // the same answer at once, many times over (a fresh source each round, so each round misses):
+  // every compile succeeds with the same module, no temporary file is left behind, and within a
+  // backend the second thread waits for the first and hits.
+  TempDir dir;
+  auto a = make_backend(dir);
+  auto b = make_backend(dir);
+  auto task = vadd_task(16);
+  auto plan = parse_launch_plan(kVaddPlan, task, a->plan_options());
+  for (int round = 0; round < 6; ++round) {
+    const std::string code = std::string(kVaddCode) + "// round " + std::to_string(round) + "\n";
+    std::vector<CompileOutcome> got(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] { got[static_cast<size_t>(t)] = (t % 2 ? *b : *a).compile(code, plan); });
+    for (auto& th : threads) th.join();
+    for (const auto& g : got) {
+      REQUIRE_MESSAGE(g.ok, g.log);
+      CHECK(g.artifact.path == got[0].artifact.path);
+      CHECK(g.artifact.key.size() == 64);  // SHA-256
+      CHECK(g.artifact.exports.count("vadd") == 1);
+    }
+    // The module is whole: it loads and runs.
+    auto bound = bind_plan(plan, task, a->limits());
+    SharedBuffers buf(bound.tensors);
+    fill_inputs(buf, 16);
+    std::vector<void*> ptrs;
+    for (size_t i = 0; i < bound.tensors.size(); ++i) ptrs.push_back(buf.data(i));
+    RunOutcome run = a->execute(got[0].artifact, bound, ptrs, RunRequest{}, nullptr);
+    REQUIRE_MESSAGE(run.ok(), run.message);
+    check_vadd_outputs(buf, 16);
+  }
+  CHECK(a->compiler_runs() <= 6);  // one per round at most in each backend
+  CHECK(b->compiler_runs() <= 6);
+  CHECK(a->compiler_runs() + b->compiler_runs() >= 6);
+  for (const auto& e : fs::directory_iterator(dir.path))
+    CHECK_MESSAGE(e.path().filename().string().find(".tmp") == std::string::npos, e.path().string());
+}

@@ -3,9 +3,12 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "cli/environment.hpp"
+#include "env/input_rewrite.hpp"
 #include "env/task_runtime.hpp"
+#include "env/timing_schedule.hpp"
 #include "rl/scoring.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
@@ -19,15 +22,15 @@ namespace {
 
 const std::string kStarter = LEAP_SOURCE_DIR "/tasks/starter";
 
-env::EvalResult grade_relu(const std::string& body) {
+env::EvalResult grade_relu(const std::string& body, int trials = 5) {
   test::TempDir dir;
   config::EnvConfig e;
   e.workers = 1;
   e.seeds = 2;
   e.cache_dir = dir.path.string();
   e.timing.warmup = 1;
-  e.timing.trials = 5;
-  e.timing.max_seconds = 0.5;
+  e.timing.trials = trials;
+  e.timing.max_seconds = 0;  // no time box: every planned run happens, even on a loaded machine
   auto env = cli::make_environment(e, "cpu");
   env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
   const std::string answer = "```cpp\n#include <cstdint>\n#include <cmath>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n" +
@@ -36,6 +39,9 @@ env::EvalResult grade_relu(const std::string& body) {
 }
 
 const char* kCompute = "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;";
+// Honest on the first two calls of the process (the correctness seeds), so what follows is
+// judged by the timing runs' rules.
+const std::string kHonestFirst = std::string("  static long calls_ = 0;\n  if (++calls_ <= 2) {\n") + kCompute + "\n    return;\n  }\n";
 
 }  // namespace
 
@@ -55,12 +61,94 @@ TEST_CASE("env timing: an honest answer is correct; skipping work in later calls
   auto zeros = grade_relu(std::string("  static bool done = false; if (done && y[0] != 0.0f) return; done = true;\n") + kCompute);
   CAPTURE(zeros.feedback);
   CHECK(zeros.verdict == env::Verdict::wrong_output);
-  CHECK(zeros.feedback.find("after the timing loop") != std::string::npos);
+  CHECK((zeros.feedback.find("after the timing loop") != std::string::npos ||
+         zeros.feedback.find("on timed call") != std::string::npos));
 
   // Computes only on its first call of the process (the timing job's first run).
   auto once = grade_relu(std::string("  static int calls = 0; if (calls++ > 0) return;\n") + kCompute);
   CAPTURE(once.feedback);
   CHECK(once.verdict == env::Verdict::wrong_output);
+}
+
+TEST_CASE("env timing: results memoised between calls are wrong_output (inputs change between timed calls)") {
+  // Keyed on the input pointer: computes once per input set, then copies the cached result.
+  auto by_pointer = grade_relu(kHonestFirst +
+      "  static const float* seen[8] = {}; static float* memo[8] = {};\n"
+      "  for (int k = 0; k < 8; ++k) if (seen[k] == x) { for (int64_t i = 0; i < n; ++i) y[i] = memo[k][i]; return; }\n"
+      "  int k = 0; while (k < 7 && seen[k]) ++k;\n"
+      "  seen[k] = x; memo[k] = new float[n];\n"
+      "  for (int64_t i = 0; i < n; ++i) memo[k][i] = y[i] = x[i] > 0 ? x[i] : 0;");
+  CAPTURE(by_pointer.feedback);
+  CHECK(by_pointer.verdict == env::Verdict::wrong_output);
+  CHECK((by_pointer.feedback.find("stale") != std::string::npos ||
+         by_pointer.feedback.find("must not depend on earlier calls") != std::string::npos));
+
+  // Keyed on a few sampled input values (first, middle, last).
+  auto by_values = grade_relu(kHonestFirst +
+      "  static float key[8][3]; static float* memo[8] = {}; static int used = 0;\n"
+      "  const float s0 = x[0], s1 = x[n / 2], s2 = x[n - 1];\n"
+      "  for (int k = 0; k < used; ++k)\n"
+      "    if (key[k][0] == s0 && key[k][1] == s1 && key[k][2] == s2) { for (int64_t i = 0; i < n; ++i) y[i] = memo[k][i]; return; }\n"
+      "  int k = used < 8 ? used++ : 7;\n"
+      "  key[k][0] = s0; key[k][1] = s1; key[k][2] = s2; memo[k] = new float[n];\n"
+      "  for (int64_t i = 0; i < n; ++i) memo[k][i] = y[i] = x[i] > 0 ? x[i] : 0;");
+  CAPTURE(by_values.feedback);
+  CHECK(by_values.verdict == env::Verdict::wrong_output);
+
+  // Computes only on its first call for each input set (counts the calls per pointer), then
+  // leaves the output alone: caught by the poison and the checked calls.
+  auto first_per_set = grade_relu(kHonestFirst +
+      "  static const float* seen[8] = {}; for (int k = 0; k < 8; ++k) { if (seen[k] == x) return; if (!seen[k]) { seen[k] = x; break; } }\n" +
+      std::string(kCompute));
+  CAPTURE(first_per_set.feedback);
+  CHECK(first_per_set.verdict == env::Verdict::wrong_output);
+
+  // A full hash of the inputs as the key never hits (the inputs never repeat): honest work, correct.
+  auto by_hash = grade_relu(
+      "  static unsigned long long keys[64]; static int used = 0; unsigned long long h = 1469598103934665603ULL;\n"
+      "  for (int64_t i = 0; i < n; ++i) { unsigned u; __builtin_memcpy(&u, &x[i], 4); h = (h ^ u) * 1099511628211ULL; }\n"
+      "  for (int k = 0; k < used; ++k) if (keys[k] == h) return;  // (would leave the poison)\n"
+      "  if (used < 64) keys[used++] = h;\n" + std::string(kCompute));
+  CAPTURE(by_hash.feedback);
+  CHECK(by_hash.verdict == env::Verdict::correct);
+}
+
+TEST_CASE("env timing: every call of a suspicious result is checked when it is re-measured") {
+  // Passes the correctness calls (the first two of its process), then computes only on the
+  // calls it guesses are the last of each input set in the first timing job (12 runs over 3
+  // sets: calls 12-14) and returns at once on the others, so the final outputs are right and
+  // the median is a skipped call's time. The calls drawn at random, or else the strict
+  // re-measurement of the suspicious speedup (every call checked), see the skipped calls.
+  auto guess = grade_relu(
+      "  static long calls = 0; ++calls;\n"
+      "  if (calls > 2 && calls < 12) return;\n" + std::string(kCompute), 11);
+  CAPTURE(guess.feedback);
+  CHECK(guess.verdict == env::Verdict::wrong_output);
+}
+
+TEST_CASE("scoring: a suspicious speedup counts as the cap in the rank tournament's speedup key") {
+  auto outcome = [](double speedup, bool suspicious) {
+    rl::RolloutResult r;
+    rl::TurnResult t;
+    t.result = env::EvalResult::make(env::Verdict::correct, "");
+    t.result.speedup = speedup;
+    t.result.suspicious = suspicious;
+    r.turns.push_back(t);
+    return rl::outcome_of(r, 10.0);
+  };
+  rl::RankOptions opts;
+  opts.keys = {"speedup"};
+  CHECK(outcome(3000.0, true).best_speedup() == doctest::Approx(10.0));
+  // Against an honest 10x: a tie (0, 0); against an honest 20x: the honest one wins.
+  auto tie = rl::rank_rewards({outcome(3000.0, true), outcome(10.0, false)}, opts);
+  CHECK(tie[0] == doctest::Approx(0.0));
+  CHECK(tie[1] == doctest::Approx(0.0));
+  auto lose = rl::rank_rewards({outcome(3000.0, true), outcome(20.0, false)}, opts);
+  CHECK(lose[0] == doctest::Approx(-1.0));
+  CHECK(lose[1] == doctest::Approx(1.0));
+  // Without the flag the 3000x wins.
+  auto win = rl::rank_rewards({outcome(3000.0, false), outcome(20.0, false)}, opts);
+  CHECK(win[0] == doctest::Approx(1.0));
 }
 
 TEST_CASE("scoring: a suspicious speedup earns exactly what the cap gives, under every reward kind") {
@@ -100,4 +188,49 @@ TEST_CASE("scoring: a suspicious speedup earns exactly what the cap gives, under
   // And the cap matters: without the flag, 3000x is worth more than 10x.
   exp.reward.kind = "speedup";
   CHECK(rl::score_group(group_with(3000.0, false), exp)[0].reward_speedup > rl::score_group(capped, exp)[0].reward_speedup);
+}
+
+TEST_CASE("env timing: input rewrites are deterministic, in bounds, disjoint, and differ between runs") {
+  std::vector<env::RewriteTarget> targets = {{0, 1000, 4}, {1, 3, 8}, {2, 1, 4}};
+  auto a = env::input_rewrites(42, 3, targets);
+  CHECK(a.size() >= 4);  // 4 blocks of input 0 at least
+  auto again = env::input_rewrites(42, 3, targets);
+  REQUIRE(again.size() == a.size());
+  bool differs = false;
+  auto other = env::input_rewrites(42, 4, targets);
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].dst == again[i].dst);
+    CHECK(a[i].src == again[i].src);
+    const auto& t = targets[static_cast<size_t>(a[i].input)];
+    CHECK(a[i].input != 2);  // a one-element input is never rewritten
+    CHECK(a[i].dst + a[i].bytes <= t.numel * t.elem_bytes);
+    CHECK(a[i].src + a[i].bytes <= t.numel * t.elem_bytes);
+    CHECK((a[i].src + a[i].bytes <= a[i].dst || a[i].dst + a[i].bytes <= a[i].src));
+    CHECK(a[i].bytes % t.elem_bytes == 0);
+    if (i < other.size() && (other[i].dst != a[i].dst || other[i].src != a[i].src)) differs = true;
+  }
+  CHECK(differs);
+  CHECK(env::input_rewrites(0, 3, targets).empty());  // seed 0: none
+}
+
+TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and stops at a failed hook") {
+  env::RunRequest req;
+  req.warmup = 2;
+  req.trials = 3;
+  req.rotations = {{0}, {1}, {2}, {3}, {4}, {5}, {6}};  // more sets than warm-up + trials
+  std::vector<size_t> sets;
+  env::RunHooks hooks;
+  hooks.timed = [&](int, size_t set) {
+    sets.push_back(set);
+    return 1.0;
+  };
+  env::RunOutcome out;
+  CHECK(env::run_timing_schedule(req, 7, hooks, out));
+  CHECK(out.runs.size() == 7);             // every set at least once
+  CHECK(out.times_ms.size() == 5);         // runs 2..6 timed
+  CHECK(sets == std::vector<size_t>{0, 1, 2, 3, 4, 5, 6});
+  env::RunOutcome stopped;
+  hooks.after = [](int run, size_t) { return run < 1; };
+  CHECK_FALSE(env::run_timing_schedule(req, 7, hooks, stopped));
+  CHECK(stopped.runs == std::vector<int>{0, 1});
 }

@@ -30,6 +30,7 @@ env::VerifierOptions verifier_options(const config::EnvConfig& e) {
   o.trials = static_cast<int>(e.timing.trials);
   o.max_seconds = e.timing.max_seconds;
   o.suspicious_speedup = e.timing.suspicious_speedup;
+  o.checked_runs = static_cast<int>(e.timing.checked_runs);
   o.threads = static_cast<int>(e.cpu.threads);
   o.feedback_max_chars = static_cast<size_t>(e.feedback_max_chars);
   return o;

@@ -106,6 +106,9 @@ std::vector<Field> build() {
   s.push_back(F("env.timing.suspicious_speedup", FT::Double,
                 member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::suspicious_speedup),
                 "speedups above this are re-measured and flagged as suspicious", 1, kInf));
+  s.push_back(F("env.timing.checked_runs", FT::Int,
+                member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::checked_runs),
+                "timed runs, drawn at random, whose outputs are checked too (besides each set's last)", 0, 1000));
   // rollout
   s.push_back(F("rollout.tasks_per_step", FT::Int, member(&E_::rollout, &RolloutConfig::tasks_per_step),
                 "groups (one per task) per training step", 1, 100000));

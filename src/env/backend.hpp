@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "env/binding.hpp"
@@ -43,7 +44,16 @@ struct ReferenceProgram {
   int inputs = 0;           ///< tensors 0 .. inputs-1 (of each rotation) are its arguments, in order
 };
 
-/// How often to run the launch sequence in one worker job.
+/// A copy made after one run of a timing job, outside the timed region, so the verifier can check
+/// that run's outputs (RunRequest::snapshots).
+struct Snapshot {
+  int run = 0;  ///< run index (0-based, warm-up included)
+  /// (position in the run's rotation, destination tensor index in the plan): the tensor at that
+  /// position of the run's input set is copied into the destination tensor.
+  std::vector<std::pair<int, int>> copies;
+};
+
+/// How often to run the launch sequence in one worker job (the schedule: env/timing_schedule.hpp).
 struct RunRequest {
   int warmup = 0;  ///< untimed runs first
   int trials = 1;  ///< timed runs
@@ -58,6 +68,12 @@ struct RunRequest {
   /// artifact (Backend::time_reference; only for a backend whose reference_device() is not
   /// empty). Same warm-up, trials, time box and rotations as a candidate job.
   std::optional<ReferenceProgram> reference;
+  /// Non-zero: before every run of a multi-run job, the inputs at positions `rewrite_inputs` of
+  /// the run's set are rewritten in place from this secret seed (env/input_rewrite.hpp).
+  uint64_t rewrite_seed = 0;
+  std::vector<int> rewrite_inputs;  ///< input positions (in a rotation) the rewrites may change
+  /// Outputs copied after chosen runs (the verifier checks them against the reference).
+  std::vector<Snapshot> snapshots;
 };
 
 /// Result of running a launch sequence in a worker.
@@ -68,6 +84,7 @@ struct RunOutcome {
   std::string message;          ///< what went wrong, for feedback (empty when it ran)
   int failed_launch = -1;       ///< index of the launch that failed or was running, or -1
   std::vector<double> times_ms; ///< one wall time per timed trial, milliseconds
+  std::vector<int> runs;        ///< index of every run made (warm-up included), in order
 
   /// True if the sequence ran to completion.
   bool ok() const { return verdict == Verdict::correct; }

@@ -7,15 +7,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "env/errors.hpp"
 #include "env/poison.hpp"
+#include "env/timing_schedule.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
-#include "util/hash.hpp"
 #include "util/subprocess.hpp"
 #include "env/zygote.hpp"
 
@@ -35,15 +36,6 @@ union LeapCpuArg {
 using Trampoline = void (*)(void*, const LeapCpuArg*);
 
 std::string trampoline_name(const std::string& sig) { return "__leap_call_" + (sig.empty() ? "v" : sig); }
-
-// 128-bit key from two FNV-1a passes with different seeds (a cache key, not a security hash).
-std::string cache_key(const std::string& data) {
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx",
-                static_cast<unsigned long long>(util::fnv1a64(data)),
-                static_cast<unsigned long long>(util::fnv1a64(data, 0x84222325cbf29ce4ULL ^ data.size())));
-  return buf;
-}
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -76,14 +68,6 @@ std::string compile_feedback(const std::string& log, int max_errors, size_t max_
   }
   if (!started) kept = log;  // no recognisable error line: show the log as is
   return bound_text(header + kept, max_chars);
-}
-
-std::set<std::string> read_exports(const std::string& text) {
-  std::set<std::string> out;
-  std::istringstream in(text);
-  std::string name;
-  while (in >> name) out.insert(name);
-  return out;
 }
 
 // Absolute path of `program` as execvp would find it; empty if not found.
@@ -165,9 +149,7 @@ std::string cpu_trampoline_source(const std::vector<std::string>& signatures) {
 
 CpuBackend::CpuBackend(CpuBackendOptions options) : options_(std::move(options)) {
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
-  std::error_code ec;
-  fs::create_directories(options_.cache_dir, ec);
-  if (ec) throw Error("cannot create the compile cache " + options_.cache_dir + ": " + ec.message());
+  cache_ = std::make_unique<CompileCache>(options_.cache_dir, ".so");
 }
 
 CpuBackend::CpuBackend(CpuBackendOptions options, WorkerSide) : options_(std::move(options)) {}
@@ -201,25 +183,22 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   std::string keytext = code + '\0' + tramp + '\0' + options_.compiler + '\0';
   for (const auto& f : options_.flags) keytext += f + '\0';
   keytext += compiler_version();
-  const std::string key = cache_key(keytext);
+  const std::string key = CompileCache::key_of(keytext);
   const fs::path dir(options_.cache_dir);
-  const fs::path so = dir / (key + ".so");
-  const fs::path exports = dir / (key + ".exports");
-  const fs::path fail = dir / (key + ".fail");
   const std::string header = "compilation failed:\n";
 
   CompileOutcome out;
   out.artifact.backend = name();
   out.artifact.key = key;
-  if (fs::exists(so) && fs::exists(exports)) {
+  auto key_lock = cache_->lock(key);  // an identical answer compiling now: wait, then hit
+  if (CompileCache::Entry e = cache_->find(key); e.state == CompileCache::Entry::State::compiled) {
     out.ok = true;
-    out.artifact.path = so.string();
-    out.artifact.exports = read_exports(read_file(exports));
+    out.artifact.path = e.binary_path;
+    out.artifact.exports = std::move(e.exports);
     out.artifact.from_cache = true;
     return out;
-  }
-  if (fs::exists(fail)) {
-    out.log = read_file(fail);
+  } else if (e.state == CompileCache::Entry::State::failed) {
+    out.log = std::move(e.log);
     out.feedback = compile_feedback(out.log, options_.feedback_errors, options_.feedback_chars, header);
     out.artifact.from_cache = true;
     return out;
@@ -262,18 +241,12 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   }
   if (!r.ok()) {
     out.feedback = compile_feedback(out.log, options_.feedback_errors, options_.feedback_chars, header);
-    util::write_file_atomic(fail, out.log);
+    cache_->store_failed(key, out.log);
     return out;
   }
   auto names = list_exports(work, "module.so", options_.sandbox);
-  std::string names_text;
-  for (const auto& n : names) names_text += n + "\n";
-  // Copied by this process, not renamed: the cache entry is then owned by leap's user (mode 0644),
-  // not by the sandboxed compiler's uid, so no process of that uid can change it later.
-  util::write_file_atomic(so, read_file(work / "module.so"));  // before the .exports file, which marks the entry complete
-  util::write_file_atomic(exports, names_text);
   out.ok = true;
-  out.artifact.path = so.string();
+  out.artifact.path = cache_->store_compiled(key, read_file(work / "module.so"), names);
   out.artifact.exports = std::move(names);
   return out;
 }
@@ -338,29 +311,26 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     launches.push_back(std::move(p));
   }
 
+  // The runs (env/timing_schedule.hpp). Outside the timed region: every run of a multi-run job
+  // starts from poisoned outputs (code that skips work when its outputs already hold numbers
+  // leaves NaN behind), its inputs are rewritten (a result cached between calls goes stale), and
+  // the outputs of the runs the verifier checks are copied into their snapshots.
   using Clock = std::chrono::steady_clock;
-  const int warmup = std::max(0, request.warmup);
-  // Every input set runs at least once, even when warm-up + trials < sets: the verifier checks
-  // each set's outputs after the timing loop.
-  const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(n_rot));
-  const size_t n_tensors = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
-  const auto job_start = Clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
-  for (int t = 0; t < total; ++t) {
-    if (request.max_seconds > 0 && static_cast<size_t>(t) >= n_rot) {  // every set runs at least once
-      if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;  // skip the rest of warm-up
-      if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
+  const bool multi = std::max(0, request.warmup) + std::max(1, request.trials) > 1 || n_rot > 1;
+  const std::vector<RewriteTarget> targets = rewrite_targets(plan, request);
+  const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
+  RunHooks hooks;
+  hooks.prepare = [&](int run, size_t rot) {
+    if (!multi) return true;
+    for (size_t i = 0; i < n_positions; ++i) {
+      const size_t ti = rotated_tensor(request, rot, static_cast<int>(i));
+      const BoundTensor& bt = plan.tensors.at(ti);
+      if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
     }
-    const size_t rot = static_cast<size_t>(t) % n_rot;
-    // Every run starts from poisoned outputs (outside the timed region), so code that skips work
-    // when its outputs already hold numbers leaves NaN behind, which the verifier's check of every
-    // input set after the loop sees (wrong_output).
-    if (total > 1)
-      for (size_t i = 0; i < n_tensors; ++i) {
-        const size_t buf_index = request.rotations.empty() ? i : static_cast<size_t>(request.rotations[rot].at(i));
-        const BoundTensor& bt = plan.tensors.at(buf_index);
-        if (bt.role == TensorRole::output) poison(tensors.at(buf_index), bt.bytes(), bt.dtype);
-      }
+    apply_rewrites(rewrites_for_run(request, targets, run), tensors);
+    return true;
+  };
+  hooks.timed = [&](int, size_t rot) -> double {
     auto start = Clock::now();
     for (size_t li = 0; li < launches.size(); ++li) {
       if (current_launch) current_launch->store(static_cast<int>(li));
@@ -371,17 +341,25 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
         out.failed_launch = static_cast<int>(li);
         out.message = "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel +
                       ") threw an exception: " + e.what();
-        return out;
+        return -1;
       } catch (...) {
         out.verdict = Verdict::runtime_error;
         out.failed_launch = static_cast<int>(li);
         out.message = "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel + ") threw an exception";
-        return out;
+        return -1;
       }
     }
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (t >= warmup) out.times_ms.push_back(ms);
-  }
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+  hooks.after = [&](int run, size_t rot) {
+    if (const Snapshot* snap = snapshot_for_run(request, run))
+      for (const auto& [position, dst] : snap->copies) {
+        const size_t src = rotated_tensor(request, rot, position);
+        std::memcpy(tensors.at(static_cast<size_t>(dst)), tensors.at(src), plan.tensors.at(src).bytes());
+      }
+    return true;
+  };
+  if (!run_timing_schedule(request, n_rot, hooks, out)) return out;
   if (current_launch) current_launch->store(-1);
   return out;
 }

@@ -13,11 +13,13 @@
 // int, ...) is not needed there: on x86-64 and AArch64 any pointer type and int64_t share the
 // integer registers, float and double the vector registers. grid and block are ignored.
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "env/backend.hpp"
+#include "env/compile_cache.hpp"
 #include "env/sandbox.hpp"
 
 namespace leap::env {
@@ -40,8 +42,8 @@ struct CpuBackendOptions {
 /// Generated source of the trampolines for `signatures` (see the file comment).
 std::string cpu_trampoline_source(const std::vector<std::string>& signatures);
 
-/// Host-compiler backend with an on-disk compile cache keyed by the hash of the source, the
-/// trampolines, the compiler, its flags and its `--version` text.
+/// Host-compiler backend with an on-disk compile cache (env/compile_cache.hpp) keyed by the
+/// SHA-256 of the source, the trampolines, the compiler, its flags and its `--version` text.
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(CpuBackendOptions options = {});
@@ -64,6 +66,7 @@ class CpuBackend : public Backend {
  private:
   const std::string& compiler_version();
   CpuBackendOptions options_;
+  std::unique_ptr<CompileCache> cache_;  // null on the worker side
   std::atomic<int> compiler_runs_{0};
   std::mutex version_mutex_;
   std::string compiler_version_;

@@ -9,6 +9,8 @@
 
 #include "env/cuda_driver.hpp"
 #include "env/cuda_reference.hpp"
+#include "env/poison.hpp"
+#include "env/timing_schedule.hpp"
 #include "util/error.hpp"
 
 namespace leap::env {
@@ -169,10 +171,12 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     CUevent start = nullptr, stop = nullptr;
     std::vector<CUdeviceptr> buffers;
     CUdeviceptr flush = 0;
+    std::map<DType, CUdeviceptr> poison;  // poisoned output sources, one per output dtype
     ~Job() {
       if (poisoned) return;
       for (CUdeviceptr p : buffers)
         if (p) d.cuMemFree(p);
+      for (const auto& [dtype, p] : poison) d.cuMemFree(p);
       if (flush) d.cuMemFree(flush);
       if (start) d.cuEventDestroy(start);
       if (stop) d.cuEventDestroy(stop);
@@ -326,10 +330,6 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
 
   // 4. Argument slots: one 8-byte slot per argument, per rotation; kernelParams point at them.
   const size_t n_rot = std::max<size_t>(1, request.rotations.size());
-  auto tensor_index = [&](size_t rot, int t) -> size_t {
-    if (request.rotations.empty()) return static_cast<size_t>(t);
-    return static_cast<size_t>(request.rotations[rot].at(static_cast<size_t>(t)));
-  };
   std::vector<std::vector<std::vector<uint64_t>>> slots(plan.launches.size());  // [launch][rot][arg]
   std::vector<std::vector<std::vector<void*>>> params(plan.launches.size());
   for (size_t li = 0; li < plan.launches.size(); ++li) {
@@ -341,7 +341,7 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
         const BoundArg& a = l.args[k];
         uint64_t& s = slots[li][rot][k];
         switch (a.kind) {
-          case ArgKind::tensor: s = static_cast<uint64_t>(job.buffers.at(tensor_index(rot, a.tensor))); break;
+          case ArgKind::tensor: s = static_cast<uint64_t>(job.buffers.at(rotated_tensor(request, rot, a.tensor))); break;
           case ArgKind::int64: std::memcpy(&s, &a.i, 8); break;  // little-endian: an int parameter reads the low half
           case ArgKind::float32: {
             float f = static_cast<float>(a.f);
@@ -354,27 +354,63 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       }
   }
 
-  // 5. Runs: warm-up, then timed trials, each after an L2 flush.
-  using Clock = std::chrono::steady_clock;
-  const int warmup = std::max(0, request.warmup);
-  // Every input set runs at least once, even when warm-up + trials < sets: the verifier checks
-  // each set's outputs after the timing loop.
-  const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(n_rot));
-  const auto job_start = Clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
-  for (int t = 0; t < total; ++t) {
-    if (request.max_seconds > 0 && static_cast<size_t>(t) >= n_rot) {  // every set runs at least once
-      if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;  // skip the rest of warm-up
-      if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
+  // 5. Runs (env/timing_schedule.hpp). Outside the timed region, on the timing stream: every
+  // run of a multi-run job starts from poisoned outputs (copied from one poisoned device buffer
+  // per dtype), its inputs are rewritten (env/input_rewrite.hpp), the L2 is flushed; after a
+  // checked run its outputs are copied into their snapshot tensors (brought back in step 6).
+  const bool multi = std::max(0, request.warmup) + std::max(1, request.trials) > 1 || n_rot > 1;
+  const std::vector<RewriteTarget> targets = rewrite_targets(plan, request);
+  const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
+  std::map<DType, size_t> poison_bytes;  // largest output per dtype
+  for (size_t rot = 0; multi && rot < n_rot; ++rot)
+    for (size_t i = 0; i < n_positions; ++i) {
+      const BoundTensor& bt = plan.tensors.at(rotated_tensor(request, rot, static_cast<int>(i)));
+      if (bt.role == TensorRole::output) poison_bytes[bt.dtype] = std::max(poison_bytes[bt.dtype], bt.bytes());
     }
-    const size_t rot = static_cast<size_t>(t) % n_rot;
-    // The first run synchronises after every launch, so a fault names its launch.
-    const bool sync_each = t == 0;
-    if ((r = d.cuMemsetD8Async(job.flush, static_cast<unsigned char>(t), flush_bytes, job.stream)) != CUDA_SUCCESS)
-      return fail(Verdict::runtime_error, "flushing the L2 cache", r, -1);
+  for (const auto& [dtype, bytes] : poison_bytes) {
+    if (bytes == 0) continue;
+    CUdeviceptr p = 0;
+    if ((r = d.cuMemAlloc(&p, bytes)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "cannot allocate the poisoned output source", r, -1);
+    job.poison[dtype] = p;
+    std::vector<char> host(bytes);
+    poison(host.data(), bytes, dtype);
+    if ((r = d.cuMemcpyHtoD(p, host.data(), bytes)) != CUDA_SUCCESS)
+      return fail(Verdict::runtime_error, "uploading the poisoned output source", r, -1);
+  }
+  RunHooks hooks;
+  hooks.prepare = [&](int run, size_t rot) {
+    if (multi)
+      for (size_t i = 0; i < n_positions; ++i) {
+        const size_t ti = rotated_tensor(request, rot, static_cast<int>(i));
+        const BoundTensor& bt = plan.tensors.at(ti);
+        if (bt.role != TensorRole::output || bt.bytes() == 0) continue;
+        if ((r = d.cuMemcpyDtoDAsync(job.buffers[ti], job.poison.at(bt.dtype), bt.bytes(), job.stream)) != CUDA_SUCCESS) {
+          fail(Verdict::runtime_error, "poisoning the outputs", r, -1);
+          return false;
+        }
+      }
+    for (const BlockCopy& c : rewrites_for_run(request, targets, run)) {
+      const CUdeviceptr base = job.buffers.at(static_cast<size_t>(c.input));
+      if ((r = d.cuMemcpyDtoDAsync(base + c.dst, base + c.src, c.bytes, job.stream)) != CUDA_SUCCESS) {
+        fail(Verdict::runtime_error, "rewriting the inputs", r, -1);
+        return false;
+      }
+    }
+    if ((r = d.cuMemsetD8Async(job.flush, static_cast<unsigned char>(run), flush_bytes, job.stream)) != CUDA_SUCCESS) {
+      fail(Verdict::runtime_error, "flushing the L2 cache", r, -1);
+      return false;
+    }
     if (d.cuCtxResetPersistingL2Cache) d.cuCtxResetPersistingL2Cache();
-    if ((r = d.cuEventRecord(job.start, job.stream)) != CUDA_SUCCESS)
-      return fail(Verdict::runtime_error, "cuEventRecord", r, -1);
+    return true;
+  };
+  hooks.timed = [&](int run, size_t rot) -> double {
+    // The first run synchronises after every launch, so a fault names its launch.
+    const bool sync_each = run == 0;
+    if ((r = d.cuEventRecord(job.start, job.stream)) != CUDA_SUCCESS) {
+      fail(Verdict::runtime_error, "cuEventRecord", r, -1);
+      return -1;
+    }
     for (size_t li = 0; li < plan.launches.size(); ++li) {
       const BoundLaunch& l = plan.launches[li];
       const int ili = static_cast<int>(li);
@@ -386,25 +422,47 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       if (r != CUDA_SUCCESS) {
         const bool config = r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES ||
                             r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_NOT_FOUND;
-        return fail(config ? Verdict::launch_error : Verdict::runtime_error,
-                    launch_name(plan, li) + " with grid " + dims_text(l.grid) + ", block " + dims_text(l.block) +
-                        ", " + std::to_string(l.shared_bytes) + " bytes of dynamic shared memory could not be launched",
-                    r, ili);
+        fail(config ? Verdict::launch_error : Verdict::runtime_error,
+                   launch_name(plan, li) + " with grid " + dims_text(l.grid) + ", block " + dims_text(l.block) +
+                       ", " + std::to_string(l.shared_bytes) + " bytes of dynamic shared memory could not be launched",
+                   r, ili);
+        return -1;
       }
-      if (sync_each && (r = d.cuStreamSynchronize(job.stream)) != CUDA_SUCCESS)
-        return fail(Verdict::runtime_error, launch_name(plan, li) + " failed", r, ili);
+      if (sync_each && (r = d.cuStreamSynchronize(job.stream)) != CUDA_SUCCESS) {
+        fail(Verdict::runtime_error, launch_name(plan, li) + " failed", r, ili);
+        return -1;
+      }
     }
-    if ((r = d.cuEventRecord(job.stop, job.stream)) != CUDA_SUCCESS)
-      return fail(Verdict::runtime_error, "cuEventRecord", r, -1);
-    if ((r = d.cuEventSynchronize(job.stop)) != CUDA_SUCCESS)
-      return fail(Verdict::runtime_error,
-                  "the launch sequence failed" + std::string(plan.launches.size() > 1 ? " (in one of its launches)" : ""), r,
-                  plan.launches.size() == 1 ? 0 : -1);
+    if ((r = d.cuEventRecord(job.stop, job.stream)) != CUDA_SUCCESS) {
+      fail(Verdict::runtime_error, "cuEventRecord", r, -1);
+      return -1;
+    }
+    if ((r = d.cuEventSynchronize(job.stop)) != CUDA_SUCCESS) {
+      fail(Verdict::runtime_error,
+                 "the launch sequence failed" + std::string(plan.launches.size() > 1 ? " (in one of its launches)" : ""), r,
+                 plan.launches.size() == 1 ? 0 : -1);
+      return -1;
+    }
     float ms = 0;
-    if ((r = d.cuEventElapsedTime(&ms, job.start, job.stop)) != CUDA_SUCCESS)
-      return fail(Verdict::runtime_error, "cuEventElapsedTime", r, -1);
-    if (t >= warmup) out.times_ms.push_back(ms);
-  }
+    if ((r = d.cuEventElapsedTime(&ms, job.start, job.stop)) != CUDA_SUCCESS) {
+      fail(Verdict::runtime_error, "cuEventElapsedTime", r, -1);
+      return -1;
+    }
+    return ms;
+  };
+  hooks.after = [&](int run, size_t rot) {
+    if (const Snapshot* snap = snapshot_for_run(request, run))
+      for (const auto& [position, dst] : snap->copies) {
+        const size_t src = rotated_tensor(request, rot, position);
+        if ((r = d.cuMemcpyDtoDAsync(job.buffers.at(static_cast<size_t>(dst)), job.buffers.at(src), plan.tensors.at(src).bytes(),
+                                     job.stream)) != CUDA_SUCCESS) {
+          fail(Verdict::runtime_error, "copying a checked run's outputs", r, -1);
+          return false;
+        }
+      }
+    return true;
+  };
+  if (!run_timing_schedule(request, n_rot, hooks, out)) return out;
   if (current_launch) current_launch->store(-1);
 
   // 6. Every tensor back to the shared host memory (inputs too: the verifier checks them).

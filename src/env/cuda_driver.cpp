@@ -74,6 +74,7 @@ Loaded load_driver() {
   LEAP_LOAD(cuMemFree, true);
   LEAP_LOAD(cuMemcpyHtoD, true);
   LEAP_LOAD(cuMemcpyDtoH, true);
+  LEAP_LOAD(cuMemcpyDtoDAsync, true);
   LEAP_LOAD(cuMemsetD8Async, true);
   LEAP_LOAD(cuGetErrorName, true);
   LEAP_LOAD(cuGetErrorString, true);

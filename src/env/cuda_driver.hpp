@@ -57,6 +57,7 @@ struct CudaDriverApi {
   decltype(&::cuMemFree) cuMemFree = nullptr;
   decltype(&::cuMemcpyHtoD) cuMemcpyHtoD = nullptr;
   decltype(&::cuMemcpyDtoH) cuMemcpyDtoH = nullptr;
+  decltype(&::cuMemcpyDtoDAsync) cuMemcpyDtoDAsync = nullptr;
   decltype(&::cuMemsetD8Async) cuMemsetD8Async = nullptr;
   decltype(&::cuGetErrorName) cuGetErrorName = nullptr;
   decltype(&::cuGetErrorString) cuGetErrorString = nullptr;

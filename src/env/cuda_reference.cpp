@@ -11,6 +11,7 @@
 
 #include "env/cuda_driver.hpp"
 #include "env/reference.hpp"
+#include "env/timing_schedule.hpp"
 
 namespace leap::env {
 
@@ -127,41 +128,38 @@ RunOutcome time_reference_on_gpu(const ReferenceProgram& reference, const BoundP
       std::vector<std::vector<torch::Tensor>> sets(n_rot);
       for (size_t rot = 0; rot < n_rot; ++rot)
         for (int i = 0; i < reference.inputs; ++i) {
-          const size_t t = request.rotations.empty() ? static_cast<size_t>(i)
-                                                     : static_cast<size_t>(request.rotations[rot].at(static_cast<size_t>(i)));
+          const size_t t = rotated_tensor(request, rot, i);
           const BoundTensor& bt = plan.tensors.at(t);
           torch::Tensor host = torch::from_blob(tensors.at(t), bt.shape, torch::TensorOptions().dtype(torch_dtype(bt.dtype)));
           sets[rot].push_back(host.to(torch::TensorOptions().device(dev), /*non_blocking=*/false, /*copy=*/true));
         }
 
-      // The loop of a candidate job (CudaBackend::execute): warm-up, then trials, time-boxed.
-      using Clock = std::chrono::steady_clock;
-      const int warmup = std::max(0, request.warmup);
-      const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(n_rot));
-      const auto job_start = Clock::now();
-      auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - job_start).count(); };
-      for (int t = 0; t < total; ++t) {
-        if (request.max_seconds > 0 && static_cast<size_t>(t) >= n_rot) {
-          if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;
-          if (t > warmup && elapsed_s() > request.max_seconds) break;
-        }
+      // The schedule of a candidate job (env/timing_schedule.hpp); the reference is trusted, so
+      // its inputs are not rewritten between runs.
+      std::vector<c10::IValue> args;
+      RunHooks hooks;
+      hooks.prepare = [&](int run, size_t rot) {
         // Fresh clones before the flush: the reference may write to its arguments, and copying them
         // after the flush would bring the inputs back into the L2.
-        std::vector<c10::IValue> args;
-        for (const auto& x : sets[static_cast<size_t>(t) % n_rot]) args.emplace_back(x.clone());
-        check(d.cuMemsetD8Async(g.flush, static_cast<unsigned char>(t), g.flush_bytes, g.stream), "flushing the L2 cache");
+        args.clear();
+        for (const auto& x : sets[rot]) args.emplace_back(x.clone());
+        check(d.cuMemsetD8Async(g.flush, static_cast<unsigned char>(run), g.flush_bytes, g.stream), "flushing the L2 cache");
         if (d.cuCtxResetPersistingL2Cache) d.cuCtxResetPersistingL2Cache();
+        return true;
+      };
+      hooks.timed = [&](int run, size_t) -> double {
         check(d.cuEventRecord(g.start, g.stream), "cuEventRecord");
         std::vector<torch::Tensor> outs = ref.call(std::move(args));
         check(d.cuEventRecord(g.stop, g.stream), "cuEventRecord");
         check(d.cuEventSynchronize(g.stop), "running the reference");
         float ms = 0;
         check(d.cuEventElapsedTime(&ms, g.start, g.stop), "cuEventElapsedTime");
-        if (t == 0)
+        if (run == 0)
           for (const auto& o : outs)
             if (!o.is_cuda()) throw Error("it returned a tensor on " + o.device().str() + ", not on the GPU");
-        if (t >= warmup) out.times_ms.push_back(ms);
-      }
+        return ms;
+      };
+      run_timing_schedule(request, n_rot, hooks, out);
       check(d.cuStreamSynchronize(g.stream), "running the reference");
     }
     // The tensors are gone: give LibTorch's cached blocks back, for the candidates of this worker.

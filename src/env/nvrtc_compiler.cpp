@@ -16,7 +16,6 @@
 
 #include "env/verdict.hpp"
 #include "util/error.hpp"
-#include "util/hash.hpp"
 
 #if LEAP_HAVE_NVRTC
 #include <nvrtc.h>
@@ -29,44 +28,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<int> g_abandoned{0};  // timed-out compile threads still running (process-wide)
-
-std::string cache_key(const std::string& data) {
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(util::fnv1a64(data)),
-                static_cast<unsigned long long>(util::fnv1a64(data, 0x84222325cbf29ce4ULL ^ data.size())));
-  return buf;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file_atomic(const fs::path& p, const std::string& text) {
-  fs::path tmp = p;
-  tmp += ".tmp" + std::to_string(getpid()) + "-" + std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) throw Error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, p);
-}
-
-std::string join_lines(const std::set<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += n + "\n";
-  return s;
-}
-
-std::set<std::string> split_lines(const std::string& text) {
-  std::set<std::string> out;
-  std::istringstream in(text);
-  for (std::string n; in >> n;) out.insert(n);
-  return out;
-}
 
 // The first `max_errors` errors of an NVRTC log, each with the source line and caret NVRTC prints
 // under it. NVRTC writes `solution.cu(LINE): error: ...` (or `catastrophic error`); warnings are
@@ -186,9 +147,7 @@ NvrtcCompiler::NvrtcCompiler(NvrtcOptions options) : options_(std::move(options)
   throw Error("this build of leap has no NVRTC (the CUDA toolkit was not found at build time)");
 #endif
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
-  std::error_code ec;
-  fs::create_directories(options_.cache_dir, ec);
-  if (ec) throw Error("cannot create the compile cache " + options_.cache_dir + ": " + ec.message());
+  cache_ = std::make_unique<CompileCache>(options_.cache_dir, ".cubin");
   if (options_.arch.rfind("sm_", 0) != 0)
     throw Error("env.cuda.arch must be a real architecture such as sm_90 (CUBIN, not PTX), not '" + options_.arch + "'");
   include_dir_ = nvrtc_include_dir(options_.cache_dir);
@@ -261,21 +220,17 @@ NvrtcResult NvrtcCompiler::compile(const std::string& code) {
   const std::vector<std::string> opts = options();
   std::string keytext = code + '\0' + nvrtc_version() + '\0';
   for (const auto& o : opts) keytext += o + '\0';
-  out.key = cache_key(keytext);
-  const fs::path dir(options_.cache_dir);
-  const fs::path cubin = dir / (out.key + ".cubin");
-  const fs::path exports = dir / (out.key + ".kernels");
-  const fs::path fail = dir / (out.key + ".fail");
-  if (fs::exists(cubin) && fs::exists(exports)) {
+  out.key = CompileCache::key_of(keytext);
+  auto key_lock = cache_->lock(out.key);  // an identical answer compiling now: wait, then hit
+  if (CompileCache::Entry e = cache_->find(out.key); e.state == CompileCache::Entry::State::compiled) {
     out.ok = true;
     out.from_cache = true;
-    out.cubin_path = cubin.string();
-    out.exports = split_lines(read_file(exports));
+    out.cubin_path = e.binary_path;
+    out.exports = std::move(e.exports);
     return out;
-  }
-  if (fs::exists(fail)) {
+  } else if (e.state == CompileCache::Entry::State::failed) {
     out.from_cache = true;
-    out.log = read_file(fail);
+    out.log = std::move(e.log);
     out.feedback = nvrtc_feedback(out.log, options_.feedback_errors, options_.feedback_chars);
     return out;
   }
@@ -314,17 +269,15 @@ NvrtcResult NvrtcCompiler::compile(const std::string& code) {
   out.log = job->log;
   if (job->result == NVRTC_ERROR_COMPILATION) {
     out.feedback = nvrtc_feedback(out.log, options_.feedback_errors, options_.feedback_chars);
-    write_file_atomic(fail, out.log);
+    cache_->store_failed(out.key, out.log);
     return out;
   }
   if (job->result != NVRTC_SUCCESS)
     throw Error(job->stage + " failed: " + nvrtcGetErrorString(job->result) + (out.log.empty() ? "" : "\n" + out.log));
   if (!is_elf(job->cubin)) throw Error("NVRTC returned a CUBIN that is not an ELF image");
   out.exports = cubin_kernel_names(job->cubin);
-  write_file_atomic(cubin, job->cubin);  // before the .kernels file, which marks the entry complete
-  write_file_atomic(exports, join_lines(out.exports));
+  out.cubin_path = cache_->store_compiled(out.key, job->cubin, out.exports);
   out.ok = true;
-  out.cubin_path = cubin.string();
 #else
   (void)code;
   throw Error("this build of leap has no NVRTC");

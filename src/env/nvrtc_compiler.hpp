@@ -17,8 +17,11 @@
 #include <cstdint>
 #include <mutex>
 #include <set>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "env/compile_cache.hpp"
 
 namespace leap::env {
 
@@ -66,8 +69,8 @@ bool is_elf(const std::string& bytes);
 /// toolkit's include folder (LEAP_CUDA_HOME/include) lacks cuda_fp16.h or the folder cannot be made.
 std::string nvrtc_include_dir(const std::string& cache_dir);
 
-/// NVRTC front end with a compile cache keyed by the hash of the source, the options (arch
-/// included) and the NVRTC version. Thread-safe.
+/// NVRTC front end with a compile cache (env/compile_cache.hpp) keyed by the SHA-256 of the
+/// source, the options (arch included) and the NVRTC version. Thread-safe.
 class NvrtcCompiler {
  public:
   /// Creates the cache folder. Throws leap::Error if it cannot, or if this build has no NVRTC.
@@ -88,6 +91,7 @@ class NvrtcCompiler {
 
  private:
   NvrtcOptions options_;
+  std::unique_ptr<CompileCache> cache_;
   std::string include_dir_;
   std::atomic<int> compiler_runs_{0};
 };

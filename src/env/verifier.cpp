@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <sstream>
 
 #include "env/binding.hpp"
@@ -13,6 +14,8 @@
 #include "env/launch_plan.hpp"
 #include "env/reference.hpp"
 #include "env/shared_buffers.hpp"
+#include "env/input_rewrite.hpp"
+#include "env/timing_schedule.hpp"
 #include "util/hash.hpp"
 
 namespace leap::env {
@@ -166,7 +169,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // failing result or nothing.
   std::vector<double> declared_rms(n_out, 0.0);  // output scale for declared inputs (seed 1)
   auto check = [&](const SharedBuffers& buf, const std::vector<int>& index, const std::vector<torch::Tensor>& inputs,
-                   const std::vector<torch::Tensor>& refs, const std::string& when) -> std::optional<EvalResult> {
+                   const std::vector<torch::Tensor>& refs, const std::string& when,
+                   bool check_inputs = true) -> std::optional<EvalResult> {
     for (size_t j = 0; j < n_out; ++j) {
       const BoundTensor& bt = bound.tensors[n_in + j];
       torch::Tensor got = read_tensor(buf, static_cast<size_t>(index[n_in + j]), bt);
@@ -192,7 +196,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       r.details["first_bad_index"] = index_text(c.first_bad, bt.shape);
       return r;
     }
-    for (size_t i = 0; i < n_in; ++i) {
+    for (size_t i = 0; check_inputs && i < n_in; ++i) {
       const BoundTensor& bt = bound.tensors[i];
       torch::Tensor now = read_tensor(buf, static_cast<size_t>(index[i]), bt);
       torch::Tensor was = inputs[i].scalar_type() == torch::kBool ? inputs[i].to(torch::kByte) : inputs[i];
@@ -236,54 +240,149 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     return ok;
   }
 
-  // 5. Timing: several input sets rotated, so a kernel cannot cache a result.
+  // 5. Timing (docs/env.md "Timing"): several input sets rotated; every run starts from poisoned
+  // outputs and from inputs rewritten at secret positions (env/input_rewrite.hpp), and the
+  // outputs of each set's last run and of runs drawn at random (every run when strict) are
+  // checked against the reference on exactly the inputs that run was given.
   const int R = options_.timing_sets;
-  BoundPlan tplan = bound;
-  std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
-  for (int r = 1; r < R; ++r)
-    for (size_t i = 0; i < n_in + n_out; ++i) {
-      BoundTensor copy = bound.tensors[i];
-      copy.name += "#" + std::to_string(r);
-      rotations[static_cast<size_t>(r)][i] = static_cast<int>(tplan.tensors.size());
-      tplan.tensors.push_back(copy);
-    }
   std::vector<std::vector<torch::Tensor>> set_inputs;
   for (int r = 0; r < R; ++r) set_inputs.push_back(make_inputs(task, input_seed(task, options_.seed, options_.seeds + r), -1));
-  SharedBuffers tbuf(tplan.tensors);
-  for (int r = 0; r < R; ++r) {
-    const auto& rot = rotations[static_cast<size_t>(r)];
-    for (size_t i = 0; i < n_in; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs[static_cast<size_t>(r)][i]);
-    for (size_t j = 0; j < n_out; ++j)
-      prefill_output(tbuf, static_cast<size_t>(rot[n_in + j]), bound.tensors[n_in + j]);
-  }
-  RunRequest treq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
-  // A backend that times on a GPU (cuda with a device) also times the reference there, in a
-  // worker, on the same input sets (env/cuda_reference.hpp); otherwise the reference is timed
-  // here on the CPU. GPU timing jobs of this verifier's threads run one at a time.
+  std::vector<int> rewrite_inputs;  // fixed values (weights) are the problem's constants: kept
+  for (size_t i = 0; i < n_in; ++i)
+    if (task.spec().inputs[i].init.kind != tasks::InitSpec::Kind::file) rewrite_inputs.push_back(static_cast<int>(i));
+  const int planned_runs = std::max(std::max(0, options_.warmup) + options_.trials, R);
   const std::string gpu_reference = backend_->reference_device();
   std::string reference_device = "cpu";
+  double cand_ms = 0, ref_ms = 0;
+  int cand_n = 0, ref_n = 0;
 
-  auto time_candidate = [&](double& ms, int& n, std::optional<EvalResult>& err) {
-    std::unique_lock<std::mutex> device_lock(gpu_timing_mutex_, std::defer_lock);
-    if (!gpu_reference.empty()) device_lock.lock();
-    RunOutcome run = pool_->run(comp.artifact, tplan, tbuf, treq);
-    if (device_lock.owns_lock()) device_lock.unlock();
-    if (!run.ok()) {
-      err = fail(run.verdict, run_failure_text(run) + " [during the timing runs, after passing the correctness checks]");
-      return;
+  // One timing job of the candidate on fresh buffers; a failed run or check is the verdict.
+  auto time_candidate = [&](bool strict, double& ms, int& n) -> std::optional<EvalResult> {
+    BoundPlan tplan = bound;
+    std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
+    for (int r = 1; r < R; ++r)
+      for (size_t i = 0; i < n_in + n_out; ++i) {
+        BoundTensor copy = bound.tensors[i];
+        copy.name += "#" + std::to_string(r);
+        rotations[static_cast<size_t>(r)][i] = static_cast<int>(tplan.tensors.size());
+        tplan.tensors.push_back(copy);
+      }
+    // The secret: rewrite positions and checked runs the candidate cannot know in advance.
+    std::random_device rd;
+    uint64_t secret = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ util::fnv1a64(comp.artifact.key);
+    if (secret == 0) secret = 1;
+    std::mt19937_64 pick(secret);
+    std::vector<int> runs(static_cast<size_t>(planned_runs));
+    for (int t = 0; t < planned_runs; ++t) runs[static_cast<size_t>(t)] = t;
+    std::shuffle(runs.begin(), runs.end(), pick);
+    size_t out_bytes = 0;  // one set's outputs
+    for (size_t j = 0; j < n_out; ++j) out_bytes += bound.tensors[n_in + j].bytes();
+    const size_t budget = std::max<size_t>(size_t(256) << 20, 2 * out_bytes);  // snapshot memory
+    size_t n_checked = strict ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, options_.checked_runs)));
+    n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes));
+    RunRequest treq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
+    treq.rewrite_seed = secret;
+    treq.rewrite_inputs = rewrite_inputs;
+    for (size_t k = 0; k < n_checked; ++k) {
+      Snapshot snap;
+      snap.run = runs[k];
+      for (size_t j = 0; j < n_out; ++j) {
+        BoundTensor copy = bound.tensors[n_in + j];
+        copy.name += "@run" + std::to_string(snap.run);
+        snap.copies.emplace_back(static_cast<int>(n_in + j), static_cast<int>(tplan.tensors.size()));
+        tplan.tensors.push_back(copy);
+      }
+      treq.snapshots.push_back(std::move(snap));
+    }
+    SharedBuffers tbuf(tplan.tensors);
+    for (int r = 0; r < R; ++r) {
+      const auto& rot = rotations[static_cast<size_t>(r)];
+      for (size_t i = 0; i < n_in; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs[static_cast<size_t>(r)][i]);
+      for (size_t j = 0; j < n_out; ++j) prefill_output(tbuf, static_cast<size_t>(rot[n_in + j]), bound.tensors[n_in + j]);
+    }
+    for (const Snapshot& snap : treq.snapshots)
+      for (const auto& [pos, dst] : snap.copies) prefill_output(tbuf, static_cast<size_t>(dst), bound.tensors[static_cast<size_t>(pos)]);
+
+    RunOutcome run;
+    {
+      std::unique_lock<std::mutex> device_lock(gpu_timing_mutex_, std::defer_lock);
+      if (!gpu_reference.empty()) device_lock.lock();
+      run = pool_->run(comp.artifact, tplan, tbuf, treq);
+    }
+    if (!run.ok())
+      return fail(run.verdict, run_failure_text(run) + " [during the timing runs, after passing the correctness checks]");
+    if (run.times_ms.empty() || run.runs.empty()) return fail(Verdict::runtime_error, "internal: the timing job made no runs");
+
+    // Replay the rewrites on copies of the sets, run by run, and check what the checked runs and
+    // each set's last run returned against the reference on the same inputs.
+    std::vector<RewriteTarget> targets;
+    for (int p : rewrite_inputs) {
+      const BoundTensor& bt = bound.tensors[static_cast<size_t>(p)];
+      if (bt.numel() >= 2) targets.push_back(RewriteTarget{p, static_cast<size_t>(bt.numel()), bt.bytes() / static_cast<size_t>(bt.numel())});
+    }
+    std::vector<std::vector<torch::Tensor>> state(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r)
+      for (const auto& x : set_inputs[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
+    std::vector<int> last_run(static_cast<size_t>(R), -1);
+    for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
+    const std::string total_text = std::to_string(run.runs.size());
+    int ordinal = 0;
+    for (int t : run.runs) {
+      ++ordinal;
+      const size_t set = static_cast<size_t>(t % R);
+      std::vector<void*> ptrs;
+      for (auto& x : state[set]) ptrs.push_back(x.data_ptr());
+      apply_rewrites(input_rewrites(secret, t, targets), ptrs);
+      const Snapshot* snap = snapshot_for_run(treq, t);
+      if (!snap || t == last_run[set]) continue;  // the last run of a set is checked below
+      std::vector<int> index = rotations[set];
+      for (const auto& [pos, dst] : snap->copies) index[static_cast<size_t>(pos)] = dst;
+      if (auto bad = check(tbuf, index, state[set], reference(state[set]),
+                           "on timed call " + std::to_string(ordinal) + " of " + total_text + " (input set " +
+                               std::to_string(set + 1) + " of " + std::to_string(R) +
+                               "; the inputs change between calls, so every call must compute its result from the "
+                               "inputs it is given: a result kept from an earlier call is stale)",
+                           false)) {
+        bad->details["timed_call"] = std::to_string(ordinal);
+        return bad;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto& in = state[static_cast<size_t>(r)];
+      if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, reference(in),
+                           "after the timing loop (input set " + std::to_string(r + 1) + " of " + std::to_string(R) +
+                               "; results must not depend on earlier calls)"))
+        return bad;
     }
     ms = median(run.times_ms);
     n = static_cast<int>(run.times_ms.size());
+    return std::nullopt;
   };
+
+  // The reference's times: in a worker on the GPU (cuda backend with a device), else here on
+  // the CPU; both on the one schedule (env/timing_schedule.hpp), TF32 off for fp32.
   auto time_reference = [&](double& ms, int& n) {
+    std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
+    BoundPlan rplan = bound;
+    for (int r = 1; r < R; ++r)
+      for (size_t i = 0; i < n_in; ++i) {
+        BoundTensor copy = bound.tensors[i];
+        copy.name += "#" + std::to_string(r);
+        rotations[static_cast<size_t>(r)][i] = static_cast<int>(rplan.tensors.size());
+        rplan.tensors.push_back(copy);
+      }
+    RunRequest rreq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
     if (!gpu_reference.empty() && !ok.details.count("reference_gpu_error")) {
-      RunRequest rreq = treq;
       rreq.reference = ReferenceProgram{task.spec().reference.torchscript, task.spec().reference.file, task.spec().file,
                                         static_cast<int>(n_in)};
+      SharedBuffers rbuf(rplan.tensors);
+      for (int r = 0; r < R; ++r)
+        for (size_t i = 0; i < n_in; ++i)
+          write_tensor(rbuf, static_cast<size_t>(rotations[static_cast<size_t>(r)][i]), set_inputs[static_cast<size_t>(r)][i]);
       RunOutcome run;
       {
         std::lock_guard<std::mutex> device_lock(gpu_timing_mutex_);
-        run = pool_->run(comp.artifact, tplan, tbuf, rreq);
+        run = pool_->run(comp.artifact, rplan, rbuf, rreq);
       }
       if (run.ok() && !run.times_ms.empty()) {
         ms = median(run.times_ms);
@@ -293,44 +392,25 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       }
       // Not expected (the reference ran on the CPU already); the CPU time is recorded instead, and why.
       ok.details["reference_gpu_error"] = run.ok() ? std::string("no trials ran") : run_failure_text(run);
+      rreq.reference.reset();
     }
     reference_device = "cpu";
     std::lock_guard<std::mutex> lock(reference_mutex_);
     ThreadGuard threads(options_.threads);
     using Clock = std::chrono::steady_clock;
-    std::vector<double> times;
-    const int total = options_.warmup + options_.trials;
-    const auto start = Clock::now();
-    auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-    for (int t = 0; t < total; ++t) {
-      if (options_.max_seconds > 0 && t >= R) {
-        if (t < options_.warmup && elapsed() > options_.max_seconds / 2) t = options_.warmup;
-        if (t > options_.warmup && elapsed() > options_.max_seconds) break;
-      }
-      const auto& in = set_inputs[static_cast<size_t>(t % R)];
-      auto t0 = Clock::now();
-      task.reference().run(task, in);
-      double ms1 = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (t >= options_.warmup) times.push_back(ms1);
-    }
-    ms = median(times);
-    n = static_cast<int>(times.size());
+    RunOutcome run;
+    RunHooks hooks;
+    hooks.timed = [&](int, size_t set) -> double {
+      const auto t0 = Clock::now();
+      task.reference().run(task, set_inputs[set]);
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    run_timing_schedule(rreq, static_cast<size_t>(R), hooks, run);
+    ms = median(run.times_ms);
+    n = static_cast<int>(run.times_ms.size());
   };
 
-  double cand_ms = 0, ref_ms = 0;
-  int cand_n = 0, ref_n = 0;
-  std::optional<EvalResult> err;
-  time_candidate(cand_ms, cand_n, err);
-  if (err) return *err;
-  // Outputs checked again after the timing loop, on every rotated set.
-  for (int r = 0; r < R; ++r) {
-    const auto& in = set_inputs[static_cast<size_t>(r)];
-    std::vector<torch::Tensor> refs = reference(in);
-    if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, refs,
-                         "after the timing loop (input set " + std::to_string(r + 1) + " of " + std::to_string(R) +
-                             "; results must not depend on earlier runs)"))
-      return *bad;
-  }
+  if (auto bad = time_candidate(false, cand_ms, cand_n)) return *bad;
   time_reference(ref_ms, ref_n);
   const std::string first_device = reference_device;
   double speedup = ref_ms / std::max(cand_ms, 1e-9);
@@ -338,11 +418,11 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   ok.details["trials_reference"] = std::to_string(ref_n);
   std::string note;
   if (speedup > options_.suspicious_speedup) {
-    // Re-measure both sides; keep the slower candidate and the faster reference.
+    // Re-measure both sides, the candidate under the strict schedule (fresh poisoned outputs,
+    // every run checked); keep the slower candidate and the faster reference.
     double c2 = 0, r2 = 0;
     int n2 = 0;
-    time_candidate(c2, n2, err);
-    if (err) return *err;
+    if (auto bad = time_candidate(true, c2, n2)) return *bad;
     time_reference(r2, n2);
     const double first = speedup;
     cand_ms = std::max(cand_ms, c2);

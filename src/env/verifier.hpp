@@ -23,7 +23,8 @@ struct VerifierOptions {
   int trials = 20;                  ///< timed trials (each side); the median is reported
   double max_seconds = 2.0;         ///< time box of one side's warm-up + trials, seconds
   int timing_sets = 3;              ///< input sets cycled during timing
-  double suspicious_speedup = 10.0; ///< speedups above this are re-measured and flagged
+  double suspicious_speedup = 10.0; ///< speedups above this are re-measured (strictly) and flagged
+  int checked_runs = 2;             ///< timed runs, drawn at random, whose outputs are checked too
   int threads = 1;                  ///< at::set_num_threads while the reference runs
   size_t feedback_max_chars = 2000; ///< bound on the feedback text
   uint64_t seed = 0;                ///< base of the input seeds (mixed with the task hash)

@@ -238,7 +238,7 @@ BoundPlan plan_from_json(const json& j) {
 
 json outcome_to_json(const RunOutcome& o) {
   return {{"verdict", std::string(to_string(o.verdict))}, {"message", o.message},
-          {"failed_launch", o.failed_launch}, {"times_ms", o.times_ms}};
+          {"failed_launch", o.failed_launch}, {"times_ms", o.times_ms}, {"runs", o.runs}};
 }
 
 RunOutcome outcome_from_json(const json& j) {
@@ -247,6 +247,7 @@ RunOutcome outcome_from_json(const json& j) {
   o.message = j.at("message").get<std::string>();
   o.failed_launch = j.at("failed_launch").get<int>();
   o.times_ms = j.at("times_ms").get<std::vector<double>>();
+  o.runs = j.at("runs").get<std::vector<int>>();
   return o;
 }
 
@@ -368,6 +369,14 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       req.trials = job.at("trials").get<int>();
       req.max_seconds = job.at("max_seconds").get<double>();
       req.rotations = job.at("rotations").get<std::vector<std::vector<int>>>();
+      req.rewrite_seed = job.at("rewrite_seed").get<uint64_t>();
+      req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
+      for (const auto& sj : job.at("snapshots")) {
+        Snapshot snap;
+        snap.run = sj.at(0).get<int>();
+        snap.copies = sj.at(1).get<std::vector<std::pair<int, int>>>();
+        req.snapshots.push_back(std::move(snap));
+      }
       if (job.contains("reference")) {
         const json& rj = job.at("reference");
         ReferenceProgram rp;
@@ -821,9 +830,13 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"trials", request.trials},
               {"max_seconds", request.max_seconds},
               {"rotations", request.rotations},
+              {"rewrite_seed", request.rewrite_seed},
+              {"rewrite_inputs", request.rewrite_inputs},
+              {"snapshots", json::array()},
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
               {"guards", layout.guards}};
+  for (const Snapshot& snap : request.snapshots) job["snapshots"].push_back(json::array({snap.run, snap.copies}));
   if (request.reference)
     job["reference"] = {{"torchscript", request.reference->torchscript},
                         {"file", request.reference->file},

@@ -1,0 +1,78 @@
+#include "env/compile_cache.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "util/error.hpp"
+#include "util/fs.hpp"
+#include "util/hash.hpp"
+#include "util/sha256.hpp"
+
+namespace leap::env {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_whole(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+CompileCache::CompileCache(std::string dir, std::string binary_ext) : dir_(std::move(dir)), binary_ext_(std::move(binary_ext)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) throw Error("cannot create the compile cache " + dir_ + ": " + ec.message());
+}
+
+std::string CompileCache::key_of(std::string_view text) { return util::sha256_hex(text); }
+
+CompileCache::Entry CompileCache::find(const std::string& key) const {
+  Entry e;
+  const fs::path dir(dir_);
+  const fs::path binary = dir / (key + binary_ext_);
+  const fs::path exports = dir / (key + ".exports");
+  std::error_code ec;
+  if (fs::exists(binary, ec) && fs::exists(exports, ec)) {
+    e.state = Entry::State::compiled;
+    e.binary_path = binary.string();
+    std::istringstream in(read_whole(exports));
+    for (std::string name; in >> name;) e.exports.insert(name);
+    return e;
+  }
+  const fs::path fail = dir / (key + ".fail");
+  if (fs::exists(fail, ec)) {
+    e.state = Entry::State::failed;
+    e.log = read_whole(fail);
+  }
+  return e;
+}
+
+std::string CompileCache::store_compiled(const std::string& key, std::string_view binary,
+                                         const std::set<std::string>& exports) const {
+  const fs::path dir(dir_);
+  const fs::path path = dir / (key + binary_ext_);
+  std::string names;
+  for (const auto& n : exports) names += n + "\n";
+  // The module before the .exports file, which marks the entry complete. Written by this process
+  // (mode 0644, leap's user), never renamed from a sandboxed compiler's output.
+  util::write_file_atomic(path, binary);
+  util::write_file_atomic(dir / (key + ".exports"), names);
+  return path.string();
+}
+
+void CompileCache::store_failed(const std::string& key, std::string_view log) const {
+  util::write_file_atomic(fs::path(dir_) / (key + ".fail"), log);
+}
+
+std::unique_lock<std::mutex> CompileCache::lock(const std::string& key) {
+  return std::unique_lock<std::mutex>(stripes_[util::fnv1a64(key) % stripes_.size()]);
+}
+
+}  // namespace leap::env

@@ -1,0 +1,42 @@
+#pragma once
+// Input rewrites between timed runs (docs/env.md "Timing"): before each timed run, a few blocks
+// of each rewritable input of the run's input set are overwritten with copies of other blocks
+// of the same tensor, at positions drawn from a secret seed. The inputs a kernel sees therefore
+// never repeat within a timing job, at the same addresses: a result cached between calls
+// (keyed on the input pointer, on a few sampled input values, or on a full hash of the inputs)
+// is stale or never hits, while values stay in the input's own distribution and range (indices
+// stay valid). Worker and verifier compute the same block copies from the seed: the worker
+// applies them to the job's buffers, the verifier to its copies of the input sets, and checks
+// outputs against the reference on exactly the inputs each checked run was given.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace leap::env {
+
+/// One input a rewrite may change.
+struct RewriteTarget {
+  int input = 0;          ///< position among the task's inputs (0 .. inputs-1)
+  size_t numel = 0;       ///< elements
+  size_t elem_bytes = 0;  ///< bytes per element
+};
+
+/// Copy `bytes` bytes at byte offset `src` of input `input` to byte offset `dst` of the same
+/// input (the two ranges never overlap).
+struct BlockCopy {
+  int input = 0;
+  size_t dst = 0;
+  size_t src = 0;
+  size_t bytes = 0;
+};
+
+/// The block copies to apply before run `run` (0-based, warm-up included) of a timing job with
+/// rewrite seed `seed` (non-zero): for each target with at least 2 elements, 4 blocks of
+/// max(1, numel / 512) elements (about 0.8% of the tensor), sources and destinations drawn
+/// from a generator seeded by (seed, run, input). Deterministic in its arguments.
+std::vector<BlockCopy> input_rewrites(uint64_t seed, int run, const std::vector<RewriteTarget>& targets);
+
+/// Applies `copies` to host memory: `inputs[c.input]` is the base of input c.input.
+void apply_rewrites(const std::vector<BlockCopy>& copies, const std::vector<void*>& inputs);
+
+}  // namespace leap::env

@@ -1,0 +1,63 @@
+#include "env/timing_schedule.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace leap::env {
+
+bool run_timing_schedule(const RunRequest& request, size_t sets, const RunHooks& hooks, RunOutcome& out) {
+  using Clock = std::chrono::steady_clock;
+  sets = std::max<size_t>(1, sets);
+  const int warmup = std::max(0, request.warmup);
+  const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(sets));
+  const auto start = Clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  for (int t = 0; t < total; ++t) {
+    if (request.max_seconds > 0 && static_cast<size_t>(t) >= sets) {  // every set runs at least once
+      if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;  // skip the rest of warm-up
+      if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
+    }
+    const size_t set = static_cast<size_t>(t) % sets;
+    if (hooks.prepare && !hooks.prepare(t, set)) return false;
+    const double ms = hooks.timed(t, set);
+    if (ms < 0) return false;
+    out.runs.push_back(t);
+    if (t >= warmup) out.times_ms.push_back(ms);
+    if (hooks.after && !hooks.after(t, set)) return false;
+  }
+  return true;
+}
+
+size_t rotated_tensor(const RunRequest& request, size_t set, int position) {
+  if (request.rotations.empty()) return static_cast<size_t>(position);
+  return static_cast<size_t>(request.rotations.at(set % request.rotations.size()).at(static_cast<size_t>(position)));
+}
+
+std::vector<RewriteTarget> rewrite_targets(const BoundPlan& plan, const RunRequest& request) {
+  std::vector<RewriteTarget> out;
+  if (request.rewrite_seed == 0) return out;
+  for (int p : request.rewrite_inputs) {
+    const BoundTensor& t = plan.tensors.at(rotated_tensor(request, 0, p));
+    const int64_t n = t.numel();
+    if (n < 2) continue;
+    out.push_back(RewriteTarget{p, static_cast<size_t>(n), t.bytes() / static_cast<size_t>(n)});
+  }
+  return out;
+}
+
+std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::vector<RewriteTarget>& targets, int run) {
+  if (request.rewrite_seed == 0 || targets.empty()) return {};
+  std::vector<BlockCopy> copies = input_rewrites(request.rewrite_seed, run, targets);
+  const size_t sets = std::max<size_t>(1, request.rotations.size());
+  const size_t set = static_cast<size_t>(run) % sets;
+  for (BlockCopy& c : copies) c.input = static_cast<int>(rotated_tensor(request, set, c.input));
+  return copies;
+}
+
+const Snapshot* snapshot_for_run(const RunRequest& request, int run) {
+  for (const Snapshot& s : request.snapshots)
+    if (s.run == run) return &s;
+  return nullptr;
+}
+
+}  // namespace leap::env

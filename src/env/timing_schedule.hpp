@@ -1,0 +1,47 @@
+#pragma once
+// The one timing schedule of every timing job, candidate or reference, on every backend
+// (docs/env.md "Timing"): `total = max(warmup + trials, sets)` runs, run t on input set
+// t % sets, every set at least once; warm-up stops once half of the time box is spent, trials
+// once all of it is spent (at least one trial). Around each run, outside the timed region, the
+// backend's hooks poison the outputs, rewrite the inputs (env/input_rewrite.hpp), flush caches
+// and take the snapshots the verifier checks; the timed region is only the run itself.
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "env/backend.hpp"
+#include "env/input_rewrite.hpp"
+
+namespace leap::env {
+
+/// What a backend does around and in each run of a timing job.
+struct RunHooks {
+  /// Untimed, before run `run` on input set `set`: poison, rewrite, flush. False stops the job
+  /// (the hook has recorded the failure in the job's RunOutcome).
+  std::function<bool(int run, size_t set)> prepare;
+  /// The timed region: runs set `set` once and returns its time in milliseconds, or a negative
+  /// value to stop the job (failure recorded by the hook).
+  std::function<double(int run, size_t set)> timed;
+  /// Untimed, after run `run`: the run's snapshots. False stops the job.
+  std::function<bool(int run, size_t set)> after;
+};
+
+/// Runs `request`'s schedule over `sets` input sets (at least 1) with `hooks`: appends every
+/// trial's time to `out.times_ms` and every run's index to `out.runs`. Returns false if a hook
+/// stopped the job.
+bool run_timing_schedule(const RunRequest& request, size_t sets, const RunHooks& hooks, RunOutcome& out);
+
+/// The plan's tensor index at `position` of set `set` (identity without rotations).
+size_t rotated_tensor(const RunRequest& request, size_t set, int position);
+
+/// The targets of `request`'s input rewrites (sizes read from the plan's first set).
+std::vector<RewriteTarget> rewrite_targets(const BoundPlan& plan, const RunRequest& request);
+
+/// The block copies before run `run` on set `set`, as plan tensor indices: input position p of
+/// a copy is rotated_tensor(request, set, p). Empty for a single-run job or without a seed.
+std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::vector<RewriteTarget>& targets, int run);
+
+/// The snapshot of run `run` in `request`, or null.
+const Snapshot* snapshot_for_run(const RunRequest& request, int run);
+
+}  // namespace leap::env
