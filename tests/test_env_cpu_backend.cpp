@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -482,4 +483,59 @@ TEST_CASE("env: identical answers compiled concurrently by several threads and b
   CHECK(a->compiler_runs() + b->compiler_runs() >= 6);
   for (const auto& e : fs::directory_iterator(dir.path))
     CHECK_MESSAGE(e.path().filename().string().find(".tmp") == std::string::npos, e.path().string());
+}
+
+namespace {
+
+// A backend whose execute "faults" on the artifact keyed "fault" and then must exit, like a
+// cuda worker with a poisoned context; any other artifact runs fine.
+class FaultingBackend : public Backend {
+ public:
+  std::string name() const override { return "fake"; }
+  CodeLanguage language() const override { return CodeLanguage::cpp; }
+  LaunchLimits limits() const override { return {}; }
+  PlanParseOptions plan_options() const override { return {}; }
+  CompileOutcome compile(const std::string&, const LaunchPlan&) override { return {}; }
+  RunOutcome execute(const Artifact& artifact, const BoundPlan&, const std::vector<void*>&, const RunRequest&,
+                     std::atomic<int>*) override {
+    RunOutcome out;
+    if (artifact.key == "fault") {
+      faulted_ = true;
+      out.verdict = Verdict::runtime_error;
+      out.message = "fake fault (the context is lost)";
+    }
+    return out;
+  }
+  bool worker_must_exit() const override { return faulted_; }
+
+ private:
+  bool faulted_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("env: a worker that must exit after its reply is retired before another thread's job reaches it") {
+  TempDir dir;
+  const std::string file = (dir.path / "artifact.bin").string();
+  std::ofstream(file) << "x";
+  PoolOptions o;
+  o.workers = 1;
+  o.run_timeout_s = 10;
+  o.max_jobs_per_worker = 100;  // reuse workers: only the exit notice can retire this one
+  o.spawn = PoolOptions::Spawn::fork;
+  WorkerPool pool(std::make_shared<FaultingBackend>(), o);
+  BoundPlan plan;
+  plan.tensors.push_back(BoundTensor{"x", DType::float32, {4}, TensorRole::input});
+  Artifact bad{"fake", file, {}, "fault", false};
+  Artifact good{"fake", file, {}, "good", false};
+  SharedBuffers b1(plan.tensors), b2(plan.tensors), b3(plan.tensors);
+  CHECK(pool.run(good, plan, b1, RunRequest{}).ok());  // the worker is reused after a good job
+  RunOutcome faulted = pool.run(bad, plan, b2, RunRequest{});
+  CHECK(faulted.verdict == Verdict::runtime_error);
+  CHECK(faulted.message.find("fake fault") != std::string::npos);
+  RunOutcome next;
+  std::thread other([&] { next = pool.run(good, plan, b3, RunRequest{}); });
+  other.join();
+  CAPTURE(next.message);
+  CHECK(next.ok());  // an innocent job never lands on the exiting process
 }

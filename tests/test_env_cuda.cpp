@@ -197,6 +197,35 @@ TEST_CASE("env cuda: a broken kernel is a compile error with NVRTC's message and
   }
 }
 
+TEST_CASE("env cuda: Hopper and later targets are arch-specific, so wgmma compiles for sm_90a") {
+  CHECK(nvrtc_arch_for(9, 0) == "sm_90a");
+  CHECK(nvrtc_arch_for(10, 0) == "sm_100a");
+  CHECK(nvrtc_arch_for(12, 0) == "sm_120a");
+  CHECK(nvrtc_arch_for(8, 0) == "sm_80");
+  CHECK(nvrtc_arch_for(8, 9) == "sm_89");
+  // A kernel using Hopper's warpgroup MMA fence and register reallocation: CUBIN for sm_90a,
+  // while plain sm_90 (what an H100/H200 got before) refuses the instructions.
+  const std::string code =
+      "extern \"C\" __global__ void k(float* y) {\n"
+      "  asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");\n"
+      "  asm volatile(\"setmaxnreg.inc.sync.aligned.u32 232;\\n\");\n"
+      "  y[threadIdx.x] = 1.0f;\n"
+      "}\n";
+  leap::test::TempDir dir;
+  NvrtcOptions a;
+  a.cache_dir = dir.path.string();
+  a.arch = "sm_90a";
+  NvrtcResult ok = NvrtcCompiler(a).compile(code);
+  CHECK_MESSAGE(ok.ok, ok.feedback);
+  CHECK(ok.exports == std::set<std::string>{"k"});
+  NvrtcOptions plain = a;
+  plain.arch = "sm_90";
+  NvrtcResult refused = NvrtcCompiler(plain).compile(code);
+  CHECK_FALSE(refused.ok);
+  CAPTURE(refused.log);
+  CHECK((contains(refused.log, "wgmma") || contains(refused.log, "setmaxnreg") || contains(refused.log, "sm_90a")));
+}
+
 TEST_CASE("env cuda: the compile cache returns the same CUBIN without running NVRTC") {
   leap::test::TempDir dir;
   NvrtcOptions o;

@@ -50,12 +50,12 @@ CudaBackend::CudaBackend(CudaBackendOptions options)
   *device_ = probe_cuda_device(options_.device, &no_device_reason_);
   if (!*device_ && options_.require_device)
     throw CudaUnavailableError("the cuda backend needs an NVIDIA GPU and its driver: " + no_device_reason_);
-  arch_ = *device_ ? (*device_)->arch() : options_.nvrtc.arch;
+  arch_ = *device_ ? nvrtc_arch_for((*device_)->cc_major, (*device_)->cc_minor) : options_.nvrtc.arch;
   if (*device_) {
     const int cc = (*device_)->cc_major * 10 + (*device_)->cc_minor;
     auto archs = nvrtc_supported_archs();
     if (!archs.empty() && std::find(archs.begin(), archs.end(), cc) == archs.end())
-      throw Error("NVRTC " + nvrtc_version() + " cannot compile for this GPU's architecture " + arch_);
+      throw Error("NVRTC " + nvrtc_version() + " cannot compile for this GPU's architecture " + (*device_)->arch());
   }
   NvrtcOptions no = options_.nvrtc;
   no.arch = arch_;

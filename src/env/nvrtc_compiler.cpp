@@ -119,6 +119,11 @@ std::vector<int> nvrtc_supported_archs() {
   return out;
 }
 
+std::string nvrtc_arch_for(int cc_major, int cc_minor) {
+  const int cc = cc_major * 10 + cc_minor;
+  return "sm_" + std::to_string(cc) + (cc >= 90 ? "a" : "");
+}
+
 std::string nvrtc_include_dir(const std::string& cache_dir) {
 #ifndef LEAP_CUDA_HOME
 #define LEAP_CUDA_HOME "/usr/local/cuda"

@@ -55,6 +55,12 @@ std::string nvrtc_version();
 /// Real architectures NVRTC can target, as compute capabilities times ten (75, 80, 90, ...).
 std::vector<int> nvrtc_supported_archs();
 
+/// The NVRTC target for a GPU of compute capability `cc_major`.`cc_minor`: the architecture-
+/// specific variant "sm_XXa" from Hopper on (cc >= 9.0: sm_90a, sm_100a, sm_120a, ...), so that
+/// wgmma, setmaxnreg and the other arch-specific instructions can be used (a CUBIN built for it
+/// loads only on that exact architecture, which is the GPU it is built for); "sm_XX" before.
+std::string nvrtc_arch_for(int cc_major, int cc_minor);
+
 /// Names of the kernel entry points in an ELF image (a CUBIN): global functions that carry
 /// NVIDIA's STO_CUDA_ENTRY mark (device helpers do not). Throws leap::Error
 /// if `elf` is not a 64-bit little-endian ELF file or its section table is out of bounds.

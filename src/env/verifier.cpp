@@ -6,12 +6,15 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <shared_mutex>
 #include <sstream>
 
 #include "env/binding.hpp"
+#include "env/device_lock.hpp"
 #include "env/errors.hpp"
 #include "env/extract.hpp"
 #include "env/launch_plan.hpp"
+#include "env/poison.hpp"
 #include "env/reference.hpp"
 #include "env/shared_buffers.hpp"
 #include "env/input_rewrite.hpp"
@@ -48,26 +51,8 @@ void write_tensor(SharedBuffers& buf, size_t i, const torch::Tensor& t) {
   std::memcpy(buf.data(i), c.data_ptr(), n);
 }
 
-/// NaN for floating outputs; a sentinel for integers (the type's minimum) and bools/uint8 (0xA5).
-void prefill_output(SharedBuffers& buf, size_t i, const BoundTensor& t) {
-  const torch::ScalarType st = torch_dtype(t.dtype);
-  if (st == torch::kBool || st == torch::kByte) {
-    std::memset(buf.data(i), 0xA5, buf.bytes(i));
-  } else if (at::isFloatingType(st)) {
-    write_tensor(buf, i, torch::full(t.shape, std::numeric_limits<double>::quiet_NaN(), torch::TensorOptions().dtype(st)));
-  } else {
-    torch::Tensor s = torch::full(t.shape, 0, torch::TensorOptions().dtype(torch::kLong));
-    if (st == torch::kLong)
-      s.fill_(std::numeric_limits<int64_t>::min());
-    else if (st == torch::kInt)
-      s.fill_(std::numeric_limits<int32_t>::min());
-    else if (st == torch::kShort)
-      s.fill_(std::numeric_limits<int16_t>::min());
-    else
-      s.fill_(std::numeric_limits<int8_t>::min());
-    write_tensor(buf, i, s.to(st));
-  }
-}
+/// Poisons tensor i of `buf` (env/poison.hpp: NaN, or the integer / byte sentinel).
+void prefill_output(SharedBuffers& buf, size_t i, const BoundTensor& t) { poison(buf.data(i), buf.bytes(i), t.dtype); }
 
 /// A copy of tensor i of `buf` (bools read as uint8 so a sentinel byte stays visible).
 torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor& t) {
@@ -159,7 +144,11 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   const size_t n_out = task.interface().outputs.size();
   const tasks::Tolerance tol = task.spec().tolerance;
 
+  // The parent's reference runs share the device lock when the device is this CPU (cpu backend).
+  const bool reference_on_device = backend_->reference_device().empty();
   auto reference = [&](const std::vector<torch::Tensor>& in) {
+    std::shared_lock<DeviceLock> shared(device_lock_, std::defer_lock);
+    if (reference_on_device) shared.lock();
     std::lock_guard<std::mutex> lock(reference_mutex_);
     ThreadGuard threads(options_.threads);
     return task.reference().run(task, in);
@@ -221,7 +210,11 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     SharedBuffers buf(bound.tensors);
     for (size_t i = 0; i < n_in; ++i) write_tensor(buf, i, inputs[i]);
     for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
-    RunOutcome run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+    RunOutcome run;
+    {
+      std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
+      run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+    }
     const std::string when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(options_.seeds) +
                              " (inputs: " + inputs_text(task, s) + ")";
     if (!run.ok()) return fail(run.verdict, run_failure_text(run) + " [" + when + "]");
@@ -256,10 +249,20 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   double cand_ms = 0, ref_ms = 0;
   int cand_n = 0, ref_n = 0;
 
-  // One timing job of the candidate on fresh buffers; a failed run or check is the verdict.
-  auto time_candidate = [&](bool strict, double& ms, int& n) -> std::optional<EvalResult> {
-    BoundPlan tplan = bound;
-    std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
+  // One timing job of the candidate on fresh buffers: what it sends, and what came back.
+  struct TimingJob {
+    BoundPlan plan;
+    std::vector<std::vector<int>> rotations;
+    RunRequest request;
+    std::unique_ptr<SharedBuffers> buf;
+    RunOutcome run;
+  };
+  auto prepare_job = [&](bool strict) {
+    TimingJob job;
+    BoundPlan& tplan = job.plan;
+    tplan = bound;
+    std::vector<std::vector<int>>& rotations = job.rotations;
+    rotations.assign(static_cast<size_t>(R), identity);
     for (int r = 1; r < R; ++r)
       for (size_t i = 0; i < n_in + n_out; ++i) {
         BoundTensor copy = bound.tensors[i];
@@ -280,7 +283,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     const size_t budget = std::max<size_t>(size_t(256) << 20, 2 * out_bytes);  // snapshot memory
     size_t n_checked = strict ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, options_.checked_runs)));
     n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes));
-    RunRequest treq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
+    RunRequest& treq = job.request;
+    treq = RunRequest{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
     treq.rewrite_seed = secret;
     treq.rewrite_inputs = rewrite_inputs;
     for (size_t k = 0; k < n_checked; ++k) {
@@ -294,7 +298,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       }
       treq.snapshots.push_back(std::move(snap));
     }
-    SharedBuffers tbuf(tplan.tensors);
+    job.buf = std::make_unique<SharedBuffers>(tplan.tensors);
+    SharedBuffers& tbuf = *job.buf;
     for (int r = 0; r < R; ++r) {
       const auto& rot = rotations[static_cast<size_t>(r)];
       for (size_t i = 0; i < n_in; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs[static_cast<size_t>(r)][i]);
@@ -302,13 +307,16 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     }
     for (const Snapshot& snap : treq.snapshots)
       for (const auto& [pos, dst] : snap.copies) prefill_output(tbuf, static_cast<size_t>(dst), bound.tensors[static_cast<size_t>(pos)]);
+    return job;
+  };
 
-    RunOutcome run;
-    {
-      std::unique_lock<std::mutex> device_lock(gpu_timing_mutex_, std::defer_lock);
-      if (!gpu_reference.empty()) device_lock.lock();
-      run = pool_->run(comp.artifact, tplan, tbuf, treq);
-    }
+  // What a timing job returned: its runs' outputs checked; a failed run or check is the verdict.
+  auto verify_job = [&](const TimingJob& job, double& ms, int& n) -> std::optional<EvalResult> {
+    const RunOutcome& run = job.run;
+    const RunRequest& treq = job.request;
+    const SharedBuffers& tbuf = *job.buf;
+    const auto& rotations = job.rotations;
+    const uint64_t secret = treq.rewrite_seed;
     if (!run.ok())
       return fail(run.verdict, run_failure_text(run) + " [during the timing runs, after passing the correctness checks]");
     if (run.times_ms.empty() || run.runs.empty()) return fail(Verdict::runtime_error, "internal: the timing job made no runs");
@@ -380,10 +388,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
         for (size_t i = 0; i < n_in; ++i)
           write_tensor(rbuf, static_cast<size_t>(rotations[static_cast<size_t>(r)][i]), set_inputs[static_cast<size_t>(r)][i]);
       RunOutcome run;
-      {
-        std::lock_guard<std::mutex> device_lock(gpu_timing_mutex_);
-        run = pool_->run(comp.artifact, rplan, rbuf, rreq);
-      }
+      run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
       if (run.ok() && !run.times_ms.empty()) {
         ms = median(run.times_ms);
         n = static_cast<int>(run.times_ms.size());
@@ -410,8 +415,18 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     n = static_cast<int>(run.times_ms.size());
   };
 
-  if (auto bad = time_candidate(false, cand_ms, cand_n)) return *bad;
-  time_reference(ref_ms, ref_n);
+  // One exclusive window of the device per measurement: the candidate's timing job, then the
+  // reference's, back to back; the checks of the candidate's runs come after, outside it.
+  auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
+    TimingJob job = prepare_job(strict);
+    {
+      std::lock_guard<DeviceLock> window(device_lock_);
+      job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+      if (job.run.ok()) time_reference(rms, rn);
+    }
+    return verify_job(job, cms, cn);
+  };
+  if (auto bad = measure(false, cand_ms, cand_n, ref_ms, ref_n)) return *bad;
   const std::string first_device = reference_device;
   double speedup = ref_ms / std::max(cand_ms, 1e-9);
   ok.details["trials_candidate"] = std::to_string(cand_n);
@@ -421,9 +436,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     // Re-measure both sides, the candidate under the strict schedule (fresh poisoned outputs,
     // every run checked); keep the slower candidate and the faster reference.
     double c2 = 0, r2 = 0;
-    int n2 = 0;
-    if (auto bad = time_candidate(true, c2, n2)) return *bad;
-    time_reference(r2, n2);
+    int n2 = 0, rn2 = 0;
+    if (auto bad = measure(true, c2, n2, r2, rn2)) return *bad;
     const double first = speedup;
     cand_ms = std::max(cand_ms, c2);
     // (both reference times from one device; else the re-measured one, see time_reference)

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "env/backend.hpp"
+#include "env/device_lock.hpp"
 #include "env/task_runtime.hpp"
 #include "env/verdict.hpp"
 #include "env/worker_pool.hpp"
@@ -32,7 +33,10 @@ struct VerifierOptions {
 
 /// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several
 /// seeds (candidate first, reference second) -> timing. Thread-safe: concurrent evaluate() calls
-/// share the backend (compile cache) and the worker pool; reference calls are serialised.
+/// share the backend (compile cache) and the worker pool; reference calls are serialised. The
+/// device (the GPU, or the CPU on the cpu backend) is held exclusively while anything is timed:
+/// the candidate's timing job and the reference's run back to back in one window, while
+/// correctness runs of other threads share it (DeviceLock).
 ///
 /// Where the reference is timed: for a backend whose reference_device() is set (cuda with a GPU)
 /// in a worker on that device, TorchScript on CUDA tensors timed like the candidate (same input
@@ -56,7 +60,7 @@ class Verifier {
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;
   std::mutex reference_mutex_;
-  std::mutex gpu_timing_mutex_;  // one GPU timing job (candidate or reference) at a time
+  DeviceLock device_lock_;  // timing windows exclusive, correctness runs shared (env/device_lock.hpp)
 };
 
 /// Seed of correctness seed `seed_index` (or timing set `seed_index` >= seeds) for `task`.

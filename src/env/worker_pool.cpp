@@ -433,8 +433,13 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
     for (int fd : fds)
       if (fd >= 0) close(fd);
     if (!scratch_copy.empty()) unlink(scratch_copy.c_str());
-    if (!send_frame(sock, outcome_to_json(out).dump())) return 1;
-    if (backend.worker_must_exit()) return 0;  // e.g. a poisoned CUDA context
+    // A worker that will exit after this reply (e.g. a poisoned CUDA context) says so in the
+    // reply, so the pool retires it before another job can be sent to the dying process.
+    const bool exiting = backend.worker_must_exit();
+    json reply = outcome_to_json(out);
+    reply["exiting"] = exiting;
+    if (!send_frame(sock, reply.dump())) return 1;
+    if (exiting) return 0;
   }
 }
 
@@ -931,7 +936,9 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   bool dead = false;
   if (r == Recv::ok) {
     try {
-      out = outcome_from_json(json::parse(reply));
+      const json j = json::parse(reply);
+      out = outcome_from_json(j);
+      if (j.value("exiting", false)) dead = true;  // retired now, never handed another job
     } catch (const std::exception& e) {
       out.verdict = Verdict::runtime_error;
       out.message = std::string("the worker's reply was garbled: ") + e.what();
