@@ -2,11 +2,15 @@
 # GPU check of the cuda backend, in one command on a machine with an NVIDIA GPU and the image's own
 # PyTorch: builds leap against that PyTorch, runs the cuda tests (the GPU ones run for real there),
 # then `leap eval` of every starter cuda solution, and prints a summary (with the device each
-# reference was timed on: cuda:N on a GPU). Sized for a 10-minute call.
+# reference was timed on: cuda:N on a GPU). A preflight (under 15 s) stops first, naming the
+# missing piece, when the machine lacks what the check needs. The build is its own call (its limit
+# is BUILD_LIMIT_S); the check stages' limits are in STAGE_LIMITS below and sum to at most 360 s, so
+# each of the two fits one 10-minute device call (the build folder is kept between calls).
 #
 #   scripts/gpu-check.sh --fetch-debs   # HERE (a Debian machine with apt): puts the -dev packages
 #                                       # the GPU image lacks into .gpu-debs/ (git-ignored)
-#   scripts/gpu-check.sh                # THERE, with .gpu-debs carried (device tool: carry [".gpu-debs"])
+#   scripts/gpu-check.sh --build        # THERE, call 1: preflight + build (carry [".gpu-debs"])
+#   scripts/gpu-check.sh                # THERE, call 2: preflight + build (a no-op now) + the stages
 #
 # Environment: LEAP_GPU_PYTHON (default: /opt/torch/.venv/bin/python, else python3) supplies torch;
 # LEAP_GPU_BUILD (default build-gpu) is the build folder; OUT (if set) receives the logs.
@@ -26,6 +30,16 @@ if [ "${1:-}" = "--fetch-debs" ]; then
   exit 0
 fi
 
+# Every time limit of the check, in seconds, in one place (the stages sum to at most 360 s).
+BUILD_LIMIT_S=420
+declare -A STAGE_LIMITS=([preflight]=15 [tests]=80 [eval]=50 [twice]=40 [model]=90 [train]=80)
+LIMIT_SUM=0; for k in "${!STAGE_LIMITS[@]}"; do LIMIT_SUM=$((LIMIT_SUM + STAGE_LIMITS[$k])); done
+if [ "${1:-}" = "--limits" ]; then
+  for k in preflight tests eval twice model train; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
+fi
+[ "$LIMIT_SUM" -le 360 ] || { echo "gpu-check: stage limits sum to $LIMIT_SUM s, over 360 s"; exit 2; }
+BUILD_ONLY=0; [ "${1:-}" = "--build" ] && BUILD_ONLY=1
+
 START=$(date +%s)
 LOG=${OUT:-/tmp}/gpu-check
 mkdir -p "$LOG"
@@ -36,6 +50,29 @@ elapsed() { echo $(($(date +%s) - START)); }
 stage "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi: not available"
 nproc
+
+# 0. Preflight: what the check needs, named when missing (well under STAGE_LIMITS[preflight]).
+stage "preflight"
+PY=${LEAP_GPU_PYTHON:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+missing=()
+command -v cmake >/dev/null || missing+=("cmake (the build)")
+command -v ninja >/dev/null || missing+=("ninja (the build)")
+[ -f "$CUDA_HOME/include/cuda.h" ] || missing+=("the CUDA toolkit headers ($CUDA_HOME/include/cuda.h)")
+ls "$CUDA_HOME"/lib64/libnvrtc.so* "$CUDA_HOME"/targets/*/lib/libnvrtc.so* >/dev/null 2>&1 ||
+  missing+=("NVRTC ($CUDA_HOME/lib64/libnvrtc.so): without it the cuda backend is compiled out and the GPU tests would run nothing")
+ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' || ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 >/dev/null 2>&1 ||
+  missing+=("the NVIDIA driver (libcuda.so.1): no GPU here")
+if [ -z "$PY" ] || ! timeout 12 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)" >/dev/null 2>&1; then
+  missing+=("PyTorch with a usable GPU (LEAP_GPU_PYTHON=${PY:-none}: import torch; torch.cuda.is_available())")
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "gpu-check: preflight failed after $(elapsed) s; missing:"
+  for m in "${missing[@]}"; do echo "  - $m"; done
+  exit 3
+fi
+echo "preflight ok ($(elapsed) s)"
 
 # 1. Build dependencies: unpack the carried Debian packages into a private prefix (never into /).
 stage "dependencies"
@@ -57,13 +94,11 @@ fi
 
 # 2. Build against the image's own PyTorch.
 stage "build"
-PY=${LEAP_GPU_PYTHON:-/opt/torch/.venv/bin/python}
-[ -x "$PY" ] || PY=$(command -v python3)
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available())"
 BUILD=${LEAP_GPU_BUILD:-build-gpu}
 JOBS=$(nproc)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" >"$LOG/configure.log" 2>&1 &&
-   timeout 330 ninja -C "$BUILD" -j"$JOBS" leap leap_tests >"$LOG/build.log" 2>&1; then
+   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap_tests bench_generate >"$LOG/build.log" 2>&1; then
   STATUS[build]="ok ($(elapsed) s)"
 else
   STATUS[build]="FAILED"
@@ -72,13 +107,15 @@ else
   tail -20 "$LOG/build.log"
 fi
 
+if [ "$BUILD_ONLY" = 1 ]; then echo "build: ${STATUS[build]}"; [ "${STATUS[build]}" != "FAILED" ]; exit $?; fi
+
 if [ "${STATUS[build]}" != "FAILED" ]; then
   stage "leap version"
   "$BUILD/leap" version
 
   # 3. The cuda tests (on a GPU none of them may print LEAP-SKIP, except the no-GPU one).
   stage "cuda tests"
-  if timeout 120 "$BUILD/leap_tests" -tc='*cuda*' 2>&1 | tee "$LOG/tests.log"; then
+  if timeout "${STAGE_LIMITS[tests]}" "$BUILD/leap_tests" -tc='*cuda*' 2>&1 | tee "$LOG/tests.log"; then
     STATUS[tests]="ok"
   else
     STATUS[tests]="FAILED"
@@ -88,7 +125,7 @@ if [ "${STATUS[build]}" != "FAILED" ]; then
 
   # 4. Every starter cuda solution through the verifier on the GPU.
   stage "leap eval --backend cuda"
-  timeout 200 "$BUILD/leap" --db /tmp/leap-gpu-check.sqlite eval --tasks tasks/starter --solutions tasks/starter \
+  timeout "${STAGE_LIMITS[eval]}" "$BUILD/leap" --db /tmp/leap-gpu-check.sqlite eval --tasks tasks/starter --solutions tasks/starter \
     --backend cuda --format json --set env.seeds=3 --set env.workers=4 --set env.timing.trials=10 --set env.timing.max_seconds=1 \
     --set env.cpu.threads="$JOBS" --set env.run_timeout_s=30 >"$LOG/eval.json" 2>"$LOG/eval.err"
   rc=$?
@@ -121,6 +158,44 @@ open(sys.argv[2], "w").write(line + "\n")
 PY
   STATUS[reference]="timed on $(cat "$LOG/refdev.txt" 2>/dev/null || echo '?')"
 
+  # 4b. The same answer timed twice (two evaluations of one solution): the ratio of its two
+  # candidate times and of its two speedups says how repeatable one measurement is.
+  stage "the same answer timed twice"
+  TWICE=$LOG/twice
+  rm -rf "$TWICE"; mkdir -p "$TWICE/sol/softmax"
+  cp tasks/starter/softmax/solutions/cuda_*.md "$TWICE/sol/softmax/" 2>/dev/null
+  for i in 1 2; do
+    timeout $((STAGE_LIMITS[twice] / 2)) "$BUILD/leap" --db "$TWICE/db.sqlite" eval --tasks tasks/starter --solutions "$TWICE/sol" \
+      --backend cuda --format json --set env.workers=1 >"$TWICE/run$i.json" 2>>"$TWICE/err.log"
+  done
+  STATUS[twice]=$("$PY" - "$TWICE/run1.json" "$TWICE/run2.json" <<'PY'
+import json, sys
+try:
+    a, b = (json.load(open(p))["results"] for p in sys.argv[1:3])
+    ra = [r for r in a if r["verdict"] == "correct"]; rb = [r for r in b if r["verdict"] == "correct"]
+    c = ra[0]["candidate_ms"] / rb[0]["candidate_ms"]; s = ra[0]["speedup"] / rb[0]["speedup"]
+    print("candidate ms ratio %.3f, speedup ratio %.3f (%s)" % (c, s, ra[0]["file"].split("/")[-1]))
+except Exception as e:
+    print("FAILED: %s" % e)
+PY
+)
+  echo "${STATUS[twice]}"
+
+  # 4c. Generation at Qwen2.5-1.5B shapes in bf16 (random weights; tokens/s and peak memory).
+  stage "generation at Qwen2.5-1.5B shapes, bf16"
+  M15=/tmp/leap-gpu-qwen15
+  if [ -x "$BUILD/bench_generate" ]; then
+    [ -f "$M15/model.safetensors" ] || timeout $((STAGE_LIMITS[model] / 3)) "$BUILD/leap" model init --preset qwen2.5-1.5b-shape --out "$M15" >"$LOG/init15.log" 2>&1
+    timeout $((STAGE_LIMITS[model] * 2 / 3)) "$BUILD/bench_generate" "$M15" --device cuda --dtype bf16 --batch 1,16,64 --new-tokens 128 \
+      --prompt-len 512 >"$LOG/generate.log" 2>&1
+    rc=$?
+    cat "$LOG/generate.log" | tail -6
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | head -1
+    STATUS[model]="rc $rc: $(grep -c tokens_per_s "$LOG/generate.log" 2>/dev/null || echo 0) batch sizes measured"
+  else
+    STATUS[model]="not built"
+  fi
+
   # 5. A GPU policy and the cuda backend in one process (exec-started, sandboxed workers): two RL
   # steps of the tiny model after a short SFT on the starter cuda solutions; at least one answer
   # must have run on the GPU (correct or wrong_output), not every one failing to start.
@@ -128,7 +203,7 @@ PY
   TDB=/tmp/leap-gpu-train.sqlite
   rm -f "$TDB"
   [ -f /tmp/leap-gpu-tiny/model.safetensors ] || "$BUILD/leap" model init --preset tiny --out /tmp/leap-gpu-tiny >"$LOG/init.log" 2>&1
-  timeout 240 "$BUILD/leap" --db "$TDB" --results-dir /tmp/leap-gpu-results train configs/quickstart.yaml \
+  timeout "${STAGE_LIMITS[train]}" "$BUILD/leap" --db "$TDB" --results-dir /tmp/leap-gpu-results train configs/quickstart.yaml \
     --set model.path=/tmp/leap-gpu-tiny --set model.device=cuda --set env.backend=cuda --set train.steps=2 \
     --set train.checkpoint_every=0 --set train.eval_every=0 --set train.sft.steps=60 --set env.run_timeout_s=30 \
     >"$LOG/train.log" 2>&1
@@ -155,7 +230,8 @@ PY
 fi
 
 stage "summary"
-for k in build tests eval reference train; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
+printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model train; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
+for k in build tests eval reference twice model train; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
 echo "total $(elapsed) s"
 [ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]] &&
   [[ "${STATUS[train]}" == "rc 0, "[1-9]* ]]

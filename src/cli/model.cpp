@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
@@ -128,7 +129,7 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
   auto* init = cmd->add_subcommand("init", "Write a small random Qwen2-style model as a real HF folder");
-  init->add_option("--preset", o->preset, "model size preset")->check(CLI::IsMember({"tiny"}))->capture_default_str();
+  init->add_option("--preset", o->preset, "model size preset")->check(CLI::IsMember(std::vector<std::string>(std::begin(leap::model::kModelPresets), std::end(leap::model::kModelPresets))))->capture_default_str();
   init->add_option("--out", o->out, "output folder")->required();
   init->add_option("--corpus", o->corpus, "folder whose task.yaml and solutions/*.md train the tokenizer")
       ->check(CLI::ExistingDirectory)

@@ -36,7 +36,15 @@ const char* const kChatTemplate =
 
 TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::filesystem::path& corpus_dir,
                               const std::string& preset, uint64_t seed) {
-  if (preset != "tiny") throw ModelError("unknown model preset '" + preset + "' (supported: tiny)");
+  struct Dims {
+    int64_t hidden, layers, heads, kv_heads, mlp, vocab;
+    const char* dtype;
+  };
+  Dims d{128, 4, 4, 2, 384, 0, "float32"};  // vocab 0: the tokenizer's size
+  if (preset == "qwen2.5-1.5b-shape")
+    d = Dims{1536, 28, 12, 2, 8960, 151936, "bfloat16"};
+  else if (preset != "tiny")
+    throw ModelError("unknown model preset '" + preset + "' (supported: tiny, qwen2.5-1.5b-shape)");
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) throw ModelError("cannot create " + out.string() + ": " + ec.message());
@@ -59,12 +67,12 @@ TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::files
   write_text(out / "tokenizer_config.json", tc.dump(2) + "\n");
   nlohmann::json cfg = {{"architectures", nlohmann::json::array({"Qwen2ForCausalLM"})},
                         {"model_type", "qwen2"},
-                        {"hidden_size", 128},
-                        {"num_hidden_layers", 4},
-                        {"num_attention_heads", 4},
-                        {"num_key_value_heads", 2},
-                        {"intermediate_size", 384},
-                        {"vocab_size", V},
+                        {"hidden_size", d.hidden},
+                        {"num_hidden_layers", d.layers},
+                        {"num_attention_heads", d.heads},
+                        {"num_key_value_heads", d.kv_heads},
+                        {"intermediate_size", d.mlp},
+                        {"vocab_size", d.vocab > 0 ? d.vocab : V},
                         {"max_position_embeddings", 4096},
                         {"rms_norm_eps", 1e-6},
                         {"rope_theta", 1000000.0},
@@ -72,13 +80,13 @@ TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::files
                         {"tie_word_embeddings", true},
                         {"use_sliding_window", false},
                         {"sliding_window", nullptr},
-                        {"max_window_layers", 4},
+                        {"max_window_layers", d.layers},
                         {"attention_dropout", 0.0},
                         {"initializer_range", 0.02},
                         {"use_cache", true},
                         {"bos_token_id", eot},
                         {"eos_token_id", im_end},
-                        {"torch_dtype", "float32"}};
+                        {"torch_dtype", d.dtype}};
   const std::string cfg_text = cfg.dump(2) + "\n";
   write_text(out / "config.json", cfg_text);
   nlohmann::json gc = {{"bos_token_id", eot},  {"eos_token_id", {im_end, eot}}, {"pad_token_id", eot},
@@ -97,7 +105,7 @@ TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::files
       if (name.ends_with("norm.weight")) p.fill_(1.0);
       else if (name.ends_with(".bias")) p.zero_();
       else p.normal_(0.0, 0.02, gen);
-      tensors[name] = p.contiguous();
+      tensors[name] = std::string(d.dtype) == "bfloat16" ? p.to(torch::kBFloat16).contiguous() : p.contiguous();
     }
   }
   info.num_parameters = model->num_parameters();

@@ -18,7 +18,14 @@ struct TinyModelInfo {
 /// solutions/*.md files under `corpus_dir`, or a built-in text when there are none; 1024 ids
 /// including <|endoftext|>, <|im_start|>, <|im_end|>) and tokenizer_config.json to `out`.
 /// Preset "tiny": hidden 128, 4 layers, 4 heads, 2 KV heads, MLP 384, tied embeddings.
+/// Preset "qwen2.5-1.5b-shape": Qwen2.5-1.5B's shapes (hidden 1536, 28 layers, 12 heads, 2 KV
+/// heads, MLP 8960, 151936 embedding rows, tied), random weights stored in bf16 (about 3 GB):
+/// for speed and memory figures at that size (scripts/gpu-check.sh), never for quality; the
+/// tokenizer is the small one, so only its 1024 ids are ever produced.
 /// Throws leap::ModelError for an unknown preset or an unwritable folder.
+/// The presets init_tiny_model knows, in the order `leap model init --help` lists them.
+inline const char* const kModelPresets[] = {"tiny", "qwen2.5-1.5b-shape"};
+
 TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::filesystem::path& corpus_dir,
                               const std::string& preset = "tiny", uint64_t seed = 0);
 
