@@ -1,6 +1,7 @@
 // Transformer forward, generation and training log-probs against `transformers`.
 #include <doctest/doctest.h>
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include "model/generate.hpp"
@@ -190,6 +191,51 @@ TEST_CASE("model: completion log-probs for training match log_softmax of the ful
     for (auto& p : model->parameters()) worst = std::max(worst, max_diff(p.grad(), g1[i++]));
     CHECK(worst < 1e-4);
   }
+}
+
+TEST_CASE("model: checkpointed layers are recomputed under the forward's autocast (bf16 on cpu)") {
+  // Under bf16 autocast the gradients with layer checkpointing must be those of the bf16
+  // forward, the same as without checkpointing; a recomputation in fp32 (autocast lost in
+  // backward) differs at bf16's resolution.
+  auto model = load_transformer(fixture_dir() / "qwen2");
+  auto ref = reference(fixture_dir() / "qwen2");
+  auto ids = ref["pad_ids"];
+  auto mask = ref["pad_mask"];
+  const int64_t C = 4;
+  auto grads = [&](bool checkpointing) {
+    model->zero_grad();
+    model->set_gradient_checkpointing(checkpointing);
+    {
+      at::autocast::set_autocast_enabled(at::kCPU, true);
+      at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+      auto lp = completion_logprobs(model, ids, mask, C, 1.0, 64);
+      at::autocast::set_autocast_enabled(at::kCPU, false);
+      at::autocast::clear_cache();
+      lp.logprobs.sum().backward();  // backward outside the autocast region, as the trainer does
+    }
+    std::vector<torch::Tensor> g;
+    for (auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+    return g;
+  };
+  auto plain = grads(false);
+  auto ckpt = grads(true);
+  model->set_gradient_checkpointing(false);
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    worst = std::max(worst, max_diff(ckpt[i], plain[i]));
+    scale = std::max(scale, plain[i].abs().max().item<double>());
+  }
+  CAPTURE(worst);
+  CAPTURE(scale);
+  REQUIRE(scale > 0);
+  CHECK(worst <= 1e-6 * scale);
+  // And the check can fail: gradients of the same loss computed in fp32 differ beyond it.
+  model->zero_grad();
+  completion_logprobs(model, ids, mask, C, 1.0, 64).logprobs.sum().backward();
+  double fp32_diff = 0;
+  size_t j = 0;
+  for (auto& p : model->parameters()) fp32_diff = std::max(fp32_diff, max_diff(p.grad(), plain[j++]));
+  CHECK(fp32_diff > 1e-6 * scale);
 }
 
 TEST_CASE("model: LoRA adapters start as a no-op, train only themselves, save and load") {
