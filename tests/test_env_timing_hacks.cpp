@@ -1,8 +1,10 @@
 // Answers written to game the timing (cpu backend), and the cap on suspicious speedups (scoring).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/environment.hpp"
@@ -233,4 +235,41 @@ TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and st
   hooks.after = [](int run, size_t) { return run < 1; };
   CHECK_FALSE(env::run_timing_schedule(req, 7, hooks, stopped));
   CHECK(stopped.runs == std::vector<int>{0, 1});
+}
+
+TEST_CASE("env timing: the warm-up lasts warmup_ms, and trials go on until they sum to min_timed_ms") {
+  env::RunRequest req;
+  req.warmup = 1;
+  req.trials = 3;
+  req.rotations = {{0}, {1}};
+  req.min_timed_ms = 10;  // every run "takes" 1 ms: 10 trials, not 3
+  env::RunHooks hooks;
+  hooks.timed = [](int, size_t) { return 1.0; };
+  env::RunOutcome out;
+  REQUIRE(env::run_timing_schedule(req, 2, hooks, out));
+  CHECK(out.times_ms.size() == 10);
+  CHECK(out.runs.size() == 11);
+  // Capped at 100 x trials when the runs are too short to reach it.
+  req.min_timed_ms = 1e9;
+  env::RunOutcome capped;
+  REQUIRE(env::run_timing_schedule(req, 2, hooks, capped));
+  CHECK(capped.times_ms.size() == 300);
+
+  // Warm-up by time: the first trial starts at least warmup_ms after the job.
+  req.min_timed_ms = 0;
+  req.warmup_ms = 15;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  std::vector<double> at_ms;
+  hooks.timed = [&](int, size_t) {
+    at_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return 1.0;
+  };
+  env::RunOutcome warm;
+  REQUIRE(env::run_timing_schedule(req, 2, hooks, warm));
+  REQUIRE(warm.times_ms.size() == 3);
+  const size_t first_trial = warm.runs.size() - 3;
+  CHECK(first_trial >= 2);  // more than the one counted warm-up run
+  CHECK(at_ms[first_trial] >= 15.0);
 }

@@ -31,6 +31,8 @@ env::VerifierOptions verifier_options(const config::EnvConfig& e) {
   o.max_seconds = e.timing.max_seconds;
   o.suspicious_speedup = e.timing.suspicious_speedup;
   o.checked_runs = static_cast<int>(e.timing.checked_runs);
+  o.warmup_ms = e.timing.warmup_ms;
+  o.min_timed_ms = e.timing.min_timed_ms;
   o.threads = static_cast<int>(e.cpu.threads);
   o.feedback_max_chars = static_cast<size_t>(e.feedback_max_chars);
   return o;

@@ -109,6 +109,11 @@ std::vector<Field> build() {
   s.push_back(F("env.timing.checked_runs", FT::Int,
                 member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::checked_runs),
                 "timed runs, drawn at random, whose outputs are checked too (besides each set's last)", 0, 1000));
+  s.push_back(F("env.timing.warmup_ms", FT::Double, member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::warmup_ms),
+                "warm-up lasts at least this long too, ms of wall time (GPU clocks ramp up)", 0, kInf));
+  s.push_back(F("env.timing.min_timed_ms", FT::Double,
+                member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::min_timed_ms),
+                "trials go on until their times sum to this, ms (at most 100 x trials)", 0, kInf));
   // rollout
   s.push_back(F("rollout.tasks_per_step", FT::Int, member(&E_::rollout, &RolloutConfig::tasks_per_step),
                 "groups (one per task) per training step", 1, 100000));

@@ -74,6 +74,12 @@ struct RunRequest {
   std::vector<int> rewrite_inputs;  ///< input positions (in a rotation) the rewrites may change
   /// Outputs copied after chosen runs (the verifier checks them against the reference).
   std::vector<Snapshot> snapshots;
+  /// Warm-up also lasts at least this long, milliseconds of wall time (a GPU's clocks ramp up
+  /// over tens of ms); 0: `warmup` runs only.
+  double warmup_ms = 0;
+  /// Trials go on past `trials` until their times sum to at least this, milliseconds (a 20 us
+  /// kernel's 20 trials are 0.4 ms), within the time box and 100 x `trials` runs; 0: `trials`.
+  double min_timed_ms = 0;
 };
 
 /// Result of running a launch sequence in a worker.

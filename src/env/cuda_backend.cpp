@@ -401,7 +401,6 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       fail(Verdict::runtime_error, "flushing the L2 cache", r, -1);
       return false;
     }
-    if (d.cuCtxResetPersistingL2Cache) d.cuCtxResetPersistingL2Cache();
     return true;
   };
   hooks.timed = [&](int run, size_t rot) -> double {

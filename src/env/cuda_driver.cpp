@@ -54,7 +54,6 @@ Loaded load_driver() {
   LEAP_LOAD(cuDevicePrimaryCtxRelease, true);
   LEAP_LOAD(cuCtxSetCurrent, true);
   LEAP_LOAD(cuCtxSynchronize, true);
-  LEAP_LOAD(cuCtxResetPersistingL2Cache, false);
   LEAP_LOAD(cuModuleLoadData, true);
   LEAP_LOAD(cuModuleUnload, true);
   LEAP_LOAD(cuModuleGetFunction, true);

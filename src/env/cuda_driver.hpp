@@ -37,7 +37,6 @@ struct CudaDriverApi {
   decltype(&::cuDevicePrimaryCtxRelease) cuDevicePrimaryCtxRelease = nullptr;
   decltype(&::cuCtxSetCurrent) cuCtxSetCurrent = nullptr;
   decltype(&::cuCtxSynchronize) cuCtxSynchronize = nullptr;
-  decltype(&::cuCtxResetPersistingL2Cache) cuCtxResetPersistingL2Cache = nullptr;  ///< optional
   decltype(&::cuModuleLoadData) cuModuleLoadData = nullptr;
   decltype(&::cuModuleUnload) cuModuleUnload = nullptr;
   decltype(&::cuModuleGetFunction) cuModuleGetFunction = nullptr;

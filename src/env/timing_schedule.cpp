@@ -9,20 +9,35 @@ bool run_timing_schedule(const RunRequest& request, size_t sets, const RunHooks&
   using Clock = std::chrono::steady_clock;
   sets = std::max<size_t>(1, sets);
   const int warmup = std::max(0, request.warmup);
-  const int total = std::max(warmup + std::max(1, request.trials), static_cast<int>(sets));
+  const int trials = std::max(1, request.trials);
+  const int max_trials = request.min_timed_ms > 0 ? 100 * trials : trials;
   const auto start = Clock::now();
   auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  for (int t = 0; t < total; ++t) {
-    if (request.max_seconds > 0 && static_cast<size_t>(t) >= sets) {  // every set runs at least once
-      if (t < warmup && elapsed_s() > request.max_seconds / 2) t = warmup;  // skip the rest of warm-up
-      if (t > warmup && elapsed_s() > request.max_seconds) break;           // time box spent
+  const bool boxed = request.max_seconds > 0;
+  int warm_done = 0, timed = 0;
+  double timed_ms = 0;
+  for (int t = 0;; ++t) {
+    const bool all_sets_ran = static_cast<size_t>(t) >= sets;  // every set runs at least once
+    // Warm-up: `warmup` runs and at least `warmup_ms`, cut short at half of the time box.
+    bool warming = warm_done < warmup || (request.warmup_ms > 0 && elapsed_s() * 1000 < request.warmup_ms);
+    if (warming && boxed && all_sets_ran && elapsed_s() > request.max_seconds / 2) warming = false;
+    if (!warming) {
+      const bool enough = timed >= trials && (request.min_timed_ms <= 0 || timed_ms >= request.min_timed_ms);
+      if (all_sets_ran && (enough || timed >= max_trials)) break;
+      if (all_sets_ran && timed >= 1 && boxed && elapsed_s() > request.max_seconds) break;  // time box spent
     }
     const size_t set = static_cast<size_t>(t) % sets;
     if (hooks.prepare && !hooks.prepare(t, set)) return false;
     const double ms = hooks.timed(t, set);
     if (ms < 0) return false;
     out.runs.push_back(t);
-    if (t >= warmup) out.times_ms.push_back(ms);
+    if (warming) {
+      ++warm_done;
+    } else {
+      out.times_ms.push_back(ms);
+      ++timed;
+      timed_ms += ms;
+    }
     if (hooks.after && !hooks.after(t, set)) return false;
   }
   return true;

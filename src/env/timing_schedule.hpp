@@ -1,8 +1,9 @@
 #pragma once
 // The one timing schedule of every timing job, candidate or reference, on every backend
-// (docs/env.md "Timing"): `total = max(warmup + trials, sets)` runs, run t on input set
-// t % sets, every set at least once; warm-up stops once half of the time box is spent, trials
-// once all of it is spent (at least one trial). Around each run, outside the timed region, the
+// (docs/env.md "Timing"): run t on input set t % sets, every set at least once; first the
+// warm-up (`warmup` runs, and at least `warmup_ms` of wall time), cut short once half of the time
+// box is spent; then trials (`trials` of them, and until they sum to `min_timed_ms`, at most
+// 100 x `trials`), cut short once all of the time box is spent (at least one trial). Around each run, outside the timed region, the
 // backend's hooks poison the outputs, rewrite the inputs (env/input_rewrite.hpp), flush caches
 // and take the snapshots the verifier checks; the timed region is only the run itself.
 #include <cstddef>

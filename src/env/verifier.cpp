@@ -285,6 +285,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes));
     RunRequest& treq = job.request;
     treq = RunRequest{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
+    treq.warmup_ms = options_.warmup_ms;
+    treq.min_timed_ms = options_.min_timed_ms;
     treq.rewrite_seed = secret;
     treq.rewrite_inputs = rewrite_inputs;
     for (size_t k = 0; k < n_checked; ++k) {
@@ -380,6 +382,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
         rplan.tensors.push_back(copy);
       }
     RunRequest rreq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
+    rreq.warmup_ms = options_.warmup_ms;
+    rreq.min_timed_ms = options_.min_timed_ms;
     if (!gpu_reference.empty() && !ok.details.count("reference_gpu_error")) {
       rreq.reference = ReferenceProgram{task.spec().reference.torchscript, task.spec().reference.file, task.spec().file,
                                         static_cast<int>(n_in)};

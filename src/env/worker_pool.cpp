@@ -370,6 +370,8 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       req.max_seconds = job.at("max_seconds").get<double>();
       req.rotations = job.at("rotations").get<std::vector<std::vector<int>>>();
       req.rewrite_seed = job.at("rewrite_seed").get<uint64_t>();
+      req.warmup_ms = job.at("warmup_ms").get<double>();
+      req.min_timed_ms = job.at("min_timed_ms").get<double>();
       req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
       for (const auto& sj : job.at("snapshots")) {
         Snapshot snap;
@@ -836,6 +838,8 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"max_seconds", request.max_seconds},
               {"rotations", request.rotations},
               {"rewrite_seed", request.rewrite_seed},
+              {"warmup_ms", request.warmup_ms},
+              {"min_timed_ms", request.min_timed_ms},
               {"rewrite_inputs", request.rewrite_inputs},
               {"snapshots", json::array()},
               {"total_bytes", layout.total_bytes},
