@@ -93,7 +93,8 @@ TEST_CASE("env timing: results memoised between calls are wrong_output (inputs c
       "    if (key[k][0] == s0 && key[k][1] == s1 && key[k][2] == s2) { for (int64_t i = 0; i < n; ++i) y[i] = memo[k][i]; return; }\n"
       "  int k = used < 8 ? used++ : 7;\n"
       "  key[k][0] = s0; key[k][1] = s1; key[k][2] = s2; memo[k] = new float[n];\n"
-      "  for (int64_t i = 0; i < n; ++i) memo[k][i] = y[i] = x[i] > 0 ? x[i] : 0;");
+      "  for (int64_t i = 0; i < n; ++i) memo[k][i] = y[i] = x[i] > 0 ? x[i] : 0;",
+      11);  // 12 runs: most of them stale hits, whichever the secret
   CAPTURE(by_values.feedback);
   CHECK(by_values.verdict == env::Verdict::wrong_output);
 
@@ -195,7 +196,7 @@ TEST_CASE("scoring: a suspicious speedup earns exactly what the cap gives, under
 TEST_CASE("env timing: input rewrites are deterministic, in bounds, disjoint, and differ between runs") {
   std::vector<env::RewriteTarget> targets = {{0, 1000, 4}, {1, 3, 8}, {2, 1, 4}};
   auto a = env::input_rewrites(42, 3, targets);
-  CHECK(a.size() >= 4);  // 4 blocks of input 0 at least
+  CHECK(a.size() >= 3);  // most of the 4 blocks of input 0 (an overlapping draw may be dropped)
   auto again = env::input_rewrites(42, 3, targets);
   REQUIRE(again.size() == a.size());
   bool differs = false;
