@@ -427,3 +427,29 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
   CHECK(bad.rc != 0);
   CHECK(contains(bad.err, "no_such_task"));
 }
+
+TEST_CASE("env tolerance: the fp32 GEMM tasks' tolerance fails TF32 and bf16 arithmetic but not fp32 in another order") {
+  // KernelBench's fp32 level (1e-4, scale-aware) as the anchor: a kernel that reaches its
+  // speedup by multiplying in TF32 or bf16 is wrong_output, not faster (docs/env.md).
+  RuntimeTask task(leap::tasks::load_task(kStarter + "/matmul_square"), "cpu");
+  const auto tol = task.spec().tolerance;
+  CHECK(tol.atol <= 1e-4);
+  CHECK(tol.rtol <= 1e-4);
+  auto in = make_inputs(task, 7, 0);
+  REQUIRE(in.size() == 2);
+  auto ref = task.reference().run(task, in).at(0);
+  const double rms = finite_rms(ref);
+  auto passes = [&](const torch::Tensor& got) { return compare_output(got, ref, tol.atol, tol.rtol, rms).ok; };
+  // fp32 with a different summation order (double accumulation, rounded once): passes.
+  auto a64 = in[0].to(torch::kDouble), b64 = in[1].to(torch::kDouble);
+  CHECK(passes(torch::matmul(a64, b64).to(torch::kFloat)));
+  // TF32: inputs rounded to a 10-bit mantissa, products accumulated exactly: fails.
+  auto tf32 = [](const torch::Tensor& x) {
+    auto bits = x.contiguous().view(torch::kInt32);
+    return torch::bitwise_and(bits + 0x1000, static_cast<int64_t>(~0x1FFF)).view(torch::kFloat).to(torch::kDouble);
+  };
+  CHECK_FALSE(passes(torch::matmul(tf32(in[0]), tf32(in[1])).to(torch::kFloat)));
+  // bf16 inputs: fails.
+  auto bf = [](const torch::Tensor& x) { return x.to(torch::kBFloat16).to(torch::kDouble); };
+  CHECK_FALSE(passes(torch::matmul(bf(in[0]), bf(in[1])).to(torch::kFloat)));
+}
