@@ -238,6 +238,42 @@ TEST_CASE("model: checkpointed layers are recomputed under the forward's autocas
   CHECK(fp32_diff > 1e-6 * scale);
 }
 
+TEST_CASE("model: generation in a bf16 compute dtype keeps a bf16 KV cache and the training forward's log-probs") {
+  auto model = load_transformer(fixture_dir() / "qwen2");
+  REQUIRE((model->dtype() == torch::kFloat32));
+  CHECK((model->make_cache(1, 8, torch::kBFloat16).k[0].scalar_type() == torch::kBFloat16));
+  CHECK((model->make_cache(1, 8).k[0].scalar_type() == torch::kFloat32));
+  const std::vector<int64_t> prompt = {3, 17, 42, 7, 99, 12};
+  SamplingParams p;
+  p.temperature = 0;  // greedy
+  p.max_new_tokens = 8;
+  p.compute_dtype = torch::kBFloat16;
+  torch::NoGradGuard no_grad;
+  auto out = generate(model, {prompt}, p).at(0);
+  REQUIRE(out.tokens.size() == 8);
+  CHECK_FALSE(at::autocast::is_autocast_enabled(at::kCPU));  // restored afterwards
+  // The same tokens scored by the training forward under the same bf16 autocast.
+  std::vector<int64_t> all(prompt);
+  all.insert(all.end(), out.tokens.begin(), out.tokens.end());
+  auto ids = torch::tensor(all, torch::kInt64).unsqueeze(0);
+  auto mask = torch::ones_like(ids);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  auto lp = completion_logprobs(model, ids, mask, 8, 1.0, 64).logprobs[0];
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  auto fp32 = completion_logprobs(model, ids, mask, 8, 1.0, 64).logprobs[0];
+  double worst = 0, vs_fp32 = 0;
+  for (int64_t i = 0; i < 8; ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(out.logprobs[static_cast<size_t>(i)]) - lp[i].item<double>()));
+    vs_fp32 = std::max(vs_fp32, std::abs(static_cast<double>(out.logprobs[static_cast<size_t>(i)]) - fp32[i].item<double>()));
+  }
+  CAPTURE(worst);
+  CAPTURE(vs_fp32);
+  CHECK(worst < 0.05);  // bf16 rounding of the cache and of the kernels' shapes, not a different function
+  CHECK(vs_fp32 > 0);   // and it did compute in bf16
+}
+
 TEST_CASE("model: LoRA adapters start as a no-op, train only themselves, save and load") {
   const auto& root = fixture_dir();
   auto model = load_transformer(root / "qwen3");

@@ -1,5 +1,7 @@
 #include "model/generate.hpp"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -78,7 +80,29 @@ std::vector<Completion> generate(Transformer& model, const std::vector<std::vect
   am = am.to(dev);
   const bool padded = minlen != P;
   const int64_t total = P + params.max_new_tokens;
-  KVCache cache = model->make_cache(B, total);
+  // The compute dtype: autocast on the model's device type for every forward below, and a KV
+  // cache of that dtype.
+  const bool cast = params.compute_dtype != c10::ScalarType::Undefined && params.compute_dtype != model->dtype();
+  const c10::DeviceType dtype_dev = dev.type();
+  const bool was_on = at::autocast::is_autocast_enabled(dtype_dev);
+  const c10::ScalarType was_dtype = at::autocast::get_autocast_dtype(dtype_dev);
+  struct Restore {
+    bool active;
+    c10::DeviceType d;
+    bool on;
+    c10::ScalarType t;
+    ~Restore() {
+      if (!active) return;
+      at::autocast::set_autocast_enabled(d, on);
+      at::autocast::set_autocast_dtype(d, t);
+      at::autocast::clear_cache();
+    }
+  } restore{cast, dtype_dev, was_on, was_dtype};
+  if (cast) {
+    at::autocast::set_autocast_enabled(dtype_dev, true);
+    at::autocast::set_autocast_dtype(dtype_dev, params.compute_dtype);
+  }
+  KVCache cache = model->make_cache(B, total, cast ? params.compute_dtype : c10::ScalarType::Undefined);
   torch::Tensor key_mask;
   if (padded) {
     key_mask = torch::ones({B, total}, torch::TensorOptions().dtype(torch::kBool).device(dev));

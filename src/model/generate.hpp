@@ -19,6 +19,10 @@ struct SamplingParams {
   std::vector<int64_t> stop_ids;         ///< a sequence ends after emitting one of these (kept in the output)
   std::vector<std::string> stop_strings; ///< a sequence ends once its decoded completion contains one (needs a tokenizer)
   uint64_t seed = 0;     ///< seeds the sampling generator (same seed + inputs = same samples)
+  /// Compute dtype of the forward passes (autocast on the model's device type) and dtype of the
+  /// KV cache, e.g. kBFloat16 for fp32 master weights on a GPU: decode reads half the bytes and
+  /// attention can use fused kernels. Undefined (default): the weights' dtype, no autocast.
+  c10::ScalarType compute_dtype = c10::ScalarType::Undefined;
 };
 
 /// Why a sequence stopped.

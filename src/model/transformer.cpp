@@ -150,6 +150,11 @@ class AttentionImpl : public torch::nn::Module {
       k = kc->narrow(2, 0, past + T);
       v = vc->narrow(2, 0, past + T);
     }
+    // Under autocast the projections are in the compute dtype while the rotary products follow
+    // cos/sin (the weights' dtype), and a cache may hold a third: attention gets one dtype, the
+    // keys' (the cache's when there is one).
+    if (q.scalar_type() != k.scalar_type()) q = q.to(k.scalar_type());
+    if (v.scalar_type() != k.scalar_type()) v = v.to(k.scalar_type());
     const bool causal = !mask.defined() && T > 1 && past == 0;
     auto mk = mask;
     if (!mask.defined() && T > 1 && past > 0) {
@@ -392,10 +397,11 @@ torch::Tensor TransformerImpl::forward_logits(const torch::Tensor& tokens, const
   return logits(forward(tokens, positions, key_mask, cache)).to(torch::kFloat32);
 }
 
-KVCache TransformerImpl::make_cache(int64_t batch, int64_t max_len) const {
+KVCache TransformerImpl::make_cache(int64_t batch, int64_t max_len, c10::ScalarType dtype) const {
   KVCache c;
   c.max_len = max_len;
   auto opts = embed_tokens->weight.options().requires_grad(false);
+  if (dtype != c10::ScalarType::Undefined) opts = opts.dtype(dtype);
   for (size_t i = 0; i < layers.size(); ++i) {
     c.k.push_back(torch::empty({batch, config_.num_key_value_heads, max_len, config_.head_dim}, opts));
     c.v.push_back(torch::empty({batch, config_.num_key_value_heads, max_len, config_.head_dim}, opts));

@@ -97,7 +97,7 @@ class TransformerImpl : public torch::nn::Module {
                                const torch::Tensor& key_mask = {}, KVCache* cache = nullptr);
 
   /// A cache for `batch` rows and `max_len` positions on the model's device and dtype.
-  KVCache make_cache(int64_t batch, int64_t max_len) const;
+  KVCache make_cache(int64_t batch, int64_t max_len, c10::ScalarType dtype = c10::ScalarType::Undefined) const;
 
   /// Loads every weight by its HF name; errors (leap::ModelError) name the missing, unexpected
   /// or mis-shaped tensor. lm_head.weight is optional (and ignored) when embeddings are tied.
