@@ -125,7 +125,7 @@ void run_sft(SftContext& c) {
     return;
   }
   const size_t correct_solutions = pool.size();
-  const std::string twins = sft.mutants > 0 ? add_wrong_twins(r, pool) : std::string();
+  const std::string twins = sft.mutants > 0 ? add_wrong_twins(c, pool) : std::string();
   torch::optim::AdamW opt(c.params, torch::optim::AdamWOptions(sft.lr)
                                         .betas({c.exp.optim.beta1, c.exp.optim.beta2})
                                         .eps(c.exp.optim.eps)

@@ -15,6 +15,9 @@ class RuntimeTask;
 namespace leap::store {
 class Store;
 }
+namespace leap::tasks {
+struct TaskSpec;
+}
 
 namespace leap::rl {
 
