@@ -172,18 +172,20 @@ TEST_CASE("dist: two ranks' updates equal one process's on the same global batch
   const fs::path& root = tiny_model();
   test::TempDir dir;
   const std::string model = (root / "tiny").string();
-  // token_mean with uneven shares (4 / 3 samples), segment_mean with rank 1 holding none.
-  for (const auto& [agg, split] : std::vector<std::pair<std::string, std::string>>{{"token_mean", "4"},
-                                                                                   {"segment_mean", "7"}}) {
+  // token_mean with uneven shares (4 / 3 samples), segment_mean with rank 1 holding none and with
+  // one segment split across the ranks (3 / 4 samples).
+  for (const auto& [agg, split] : std::vector<std::pair<std::string, std::string>>{
+           {"token_mean", "4"}, {"segment_mean", "7"}, {"segment_mean", "3"}}) {
     CAPTURE(agg);
-    const std::string one = (dir.path / (agg + "-one.pt")).string();
+    CAPTURE(split);
+    const std::string one = (dir.path / (agg + split + "-one.pt")).string();
     const pid_t p1 = spawn({worker(), model, one, agg, split, "ok", "60"}, {}, one + ".log");
     REQUIRE_MESSAGE(wait_for(p1, 120) == 0, test::read_file(one + ".log"));
     const int port = free_port();
     std::vector<std::string> outs;
     std::vector<pid_t> pids;
     for (int rank = 0; rank < 2; ++rank) {
-      outs.push_back((dir.path / (agg + "-rank" + std::to_string(rank) + ".pt")).string());
+      outs.push_back((dir.path / (agg + split + "-rank" + std::to_string(rank) + ".pt")).string());
       pids.push_back(spawn({worker(), model, outs.back(), agg, split, "ok", "60"}, rank_env(rank, port),
                            outs.back() + ".log"));
     }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "rl/dcp.hpp"
 #include "rl/loss.hpp"
 #include "rl/reward.hpp"
+#include "rl/update.hpp"
 #include "util/error.hpp"
 
 using namespace leap;
@@ -45,20 +47,21 @@ double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.e
 
 // ---- rewards ------------------------------------------------------------------------------
 
-TEST_CASE("rl rollout outcome: first success and best speedup") {
+TEST_CASE("rl rollout outcome: first success and the speedup at it") {
+  // The first success is turn 2: its speedup 1.5 counts, not the faster refinement at turn 3.
   RolloutOutcome r = outcome({false, true, true}, {kNaN, 1.5, 2.5});
   CHECK(r.first_success() == 2);
-  CHECK(r.best_speedup() == 2.5);
-  // A speedup on a wrong turn is ignored; a NaN on a correct turn is unknown, not a maximum.
+  CHECK(r.first_success_speedup() == 1.5);
+  // A speedup on a wrong turn is ignored; a NaN at the first success is unknown (not the next one).
   r = outcome({false, true, true}, {9.0, kNaN, 1.2});
-  CHECK(r.best_speedup() == 1.2);
+  CHECK(std::isnan(r.first_success_speedup()));
   r = outcome({false, false}, {kNaN, kNaN});
   CHECK_FALSE(r.first_success().has_value());
-  CHECK(std::isnan(r.best_speedup()));
+  CHECK(std::isnan(r.first_success_speedup()));
   // Missing speedups (timing off) count as NaN.
   r = outcome({true});
   CHECK(r.first_success() == 1);
-  CHECK(std::isnan(r.best_speedup()));
+  CHECK(std::isnan(r.first_success_speedup()));
 }
 
 TEST_CASE("rl rank reward: G=2, a success beats a failure") {
@@ -181,13 +184,15 @@ TEST_CASE("rl advantage kinds parse") {
   CHECK_THROWS_WITH_AS(parse_advantage_kind("ppo"), doctest::Contains("dr_grpo"), Error);
 }
 
-TEST_CASE("rl group advantages: grpo (population std), dr_grpo, rloo") {
+TEST_CASE("rl group advantages: grpo (unbiased std), dr_grpo, rloo") {
   // s = {2,4,4,4,5,5,7,9}: mean 40/8 = 5; squared deviations 9+1+1+1+0+0+4+16 = 32;
-  // population variance 32/8 = 4, std 2 (the sample std would be sqrt(32/7) = 2.138).
+  // unbiased variance 32/7, std sqrt(32/7) = 2.138089935 (the population std would be 2).
   std::vector<double> s = {2, 4, 4, 4, 5, 5, 7, 9};
-  check_values(group_advantages(s, AdvantageKind::grpo, 0.0), {-1.5, -0.5, -0.5, -0.5, 0, 0, 1, 2});
-  // eps 2: divide by 2 + 2 = 4
-  check_values(group_advantages(s, AdvantageKind::grpo, 2.0), {-0.75, -0.25, -0.25, -0.25, 0, 0, 0.5, 1});
+  const double sd = std::sqrt(32.0 / 7.0);
+  std::vector<double> want, want_eps;
+  for (double x : s) want.push_back((x - 5.0) / sd), want_eps.push_back((x - 5.0) / (sd + 2.0));
+  check_values(group_advantages(s, AdvantageKind::grpo, 0.0), want);  // {-1.403, -0.468, ..., 1.871}
+  check_values(group_advantages(s, AdvantageKind::grpo, 2.0), want_eps);
   check_values(group_advantages(s, AdvantageKind::dr_grpo, 1e-6), {-3, -1, -1, -1, 0, 0, 2, 4});
   // rloo on {1,2,6}: 1 - (2+6)/2 = -3; 2 - (1+6)/2 = -1.5; 6 - (1+2)/2 = 4.5
   check_values(group_advantages({1, 2, 6}, AdvantageKind::rloo, 1e-6), {-3, -1.5, 4.5});
@@ -199,8 +204,8 @@ TEST_CASE("rl group advantages: grpo (population std), dr_grpo, rloo") {
 }
 
 TEST_CASE("rl turn advantages: per-turn returns minus the rollout-score baseline") {
-  // Scores s = G_{i,1} = {1, 3, 2}: mean 2; population variance (1+1+0)/3 = 2/3,
-  // std = sqrt(2/3), 1/std = sqrt(1.5) = 1.224744871.
+  // Scores s = G_{i,1} = {1, 3, 2}: mean 2; unbiased variance (1+1+0)/2 = 1, std 1; with the
+  // scores {1, 3, 5} of the second case: variance (4+0+4)/2 = 4, std 2.
   std::vector<std::vector<double>> ret = {{1.0, 2.0}, {3.0}, {2.0, 0.5, 5.0}};
   auto dr = turn_advantages(ret, AdvantageKind::dr_grpo, 1e-6);
   REQUIRE(dr.size() == 3);
@@ -208,10 +213,13 @@ TEST_CASE("rl turn advantages: per-turn returns minus the rollout-score baseline
   check_values(dr[1], {1.0});
   check_values(dr[2], {0.0, -1.5, 3.0});
   auto grpo = turn_advantages(ret, AdvantageKind::grpo, 0.0);
-  const double inv = std::sqrt(1.5);
-  check_values(grpo[0], {-1.0 * inv, 0.0});
-  check_values(grpo[1], {1.0 * inv});
-  check_values(grpo[2], {0.0, -1.5 * inv, 3.0 * inv});  // {0, -1.837117307, 3.674234614}
+  check_values(grpo[0], {-1.0, 0.0});
+  check_values(grpo[1], {1.0});
+  check_values(grpo[2], {0.0, -1.5, 3.0});
+  auto grpo2 = turn_advantages({{1.0, 2.0}, {3.0}, {5.0, 9.0}}, AdvantageKind::grpo, 0.0);  // mean 3, std 2
+  check_values(grpo2[0], {-1.0, -0.5});
+  check_values(grpo2[1], {0.0});
+  check_values(grpo2[2], {1.0, 3.0});
   // rloo baselines: b0 = (3+2)/2 = 2.5, b1 = (1+2)/2 = 1.5, b2 = (1+3)/2 = 2.
   auto rloo = turn_advantages(ret, AdvantageKind::rloo, 1e-6);
   check_values(rloo[0], {-1.5, -0.5});
@@ -315,6 +323,57 @@ TEST_CASE("rl aggregation weights") {
   CHECK_THROWS_AS(aggregation_weights(Aggregation::token_mean, n, {1, 2}, 8), Error);
   CHECK_THROWS_AS(aggregation_weights(Aggregation::token_mean, {2, -1}, {}, 8), Error);
   CHECK_THROWS_AS(aggregation_weights(Aggregation::constant_length, n, {}, 0), Error);
+}
+
+namespace {
+
+TrainSample sample(int64_t segment, int64_t tokens) {
+  TrainSample s;
+  s.segment_id = segment;
+  s.completion_ids.assign(static_cast<size_t>(tokens), 7);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("rl segment_mean: one segment split across optimizer steps and ranks counts once per RL step") {
+  // Rank 0 holds two turns of segment 10 (4 and 6 tokens), segment 20 (5) and an empty sample
+  // of segment 30; rank 1 holds the third turn of segment 10 (10 tokens) and segment 40 (2).
+  std::vector<TrainSample> rank0 = {sample(10, 4), sample(10, 6), sample(20, 5), sample(30, 0)};
+  std::vector<TrainSample> rank1 = {sample(10, 10), sample(40, 2)};
+  // The step's totals: segment 10 = 4 + 6 + 10 = 20 tokens, 20 = 5, 40 = 2; segment 30 has no
+  // tokens and is not counted: S = 3 segments.
+  std::map<int64_t, int64_t> step;
+  for (const auto* part : {&rank0, &rank1})
+    for (const auto& [id, n] : segment_tokens(*part)) step[id] += n;
+  CHECK(step == std::map<int64_t, int64_t>{{10, 20}, {20, 5}, {40, 2}});
+  set_segment_weights(rank0, step);
+  set_segment_weights(rank1, step);
+  // w = 1 / (T_s * S): segment 10: 1/60 on both ranks; 20: 1/15; 40: 1/6; the empty sample 0.
+  check_values({rank0[0].weight, rank0[1].weight, rank0[2].weight, rank0[3].weight}, {1.0 / 60, 1.0 / 60, 1.0 / 15, 0});
+  check_values({rank1[0].weight, rank1[1].weight}, {1.0 / 60, 1.0 / 6});
+  // Each segment's weighted tokens: 20/60 = 5/15 = 2/6 = 1/3: the mean over segments of their
+  // token means, whatever rank and optimizer step their turns are in.
+
+  // Rank 0's optimizer steps of mini_batch 1 x grad_accum 2: {0, 1} and {2, 3}, 2 steps per
+  // epoch. Each step's weights are the fixed ones times 2, so the epoch's two steps add up to 2x
+  // one segment mean (each step keeps the scale of a mean).
+  UpdateOptions o;
+  o.aggregation = Aggregation::segment_mean;
+  check_values(step_weights(rank0, {0, 1}, o, 2), {2.0 / 60, 2.0 / 60});
+  check_values(step_weights(rank0, {2, 3}, o, 2), {2.0 / 15, 0});
+  // The per-chunk rule it replaces would count segment 10 again in every chunk: over chunk {0, 1}
+  // alone segment 10 has 10 tokens and is the only segment, w = 1/10 (a long segment gains weight).
+  check_values(aggregation_weights(Aggregation::segment_mean, {4, 6}, {10, 10}, 8), {0.1, 0.1});
+  // Weights not set: the update refuses instead of guessing.
+  std::vector<TrainSample> unset = {sample(1, 3)};
+  CHECK_THROWS_WITH_AS(step_weights(unset, {0}, o, 1), doctest::Contains("set_step_segment_weights"), Error);
+  // Other aggregations keep their per-optimizer-step normalizers: token_mean over {0, 1} = 1/10.
+  o.aggregation = Aggregation::token_mean;
+  check_values(step_weights(rank0, {0, 1}, o, 2), {0.1, 0.1});
+  // A segment missing from the step's totals is an error, not a silent weight.
+  std::vector<TrainSample> stray = {sample(99, 1)};
+  CHECK_THROWS_AS(set_segment_weights(stray, step), Error);
 }
 
 // ---- policy loss --------------------------------------------------------------------------

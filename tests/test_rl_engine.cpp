@@ -166,15 +166,16 @@ TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, ro
   CHECK(sa[3].turn_advantages[2] == doctest::Approx(-1.0));
   CHECK(sa[0].reward_binary == 1.0);
   CHECK(sa[3].reward_binary == 0.0);
-  // Binary + grpo: scores {1, 1, 1, 0}, mean 0.75, population std sqrt(0.1875) = 0.4330.
+  // Binary + grpo: scores {1, 1, 1, 0}, mean 0.75, squared deviations 3 * 0.0625 + 0.5625 = 0.75,
+  // unbiased std sqrt(0.75 / 3) = 0.5.
   config::Experiment bin = exp;
   bin.reward.kind = "binary";
   bin.advantage.kind = "grpo";
   const auto sbin = rl::score_group(a, bin);
   CHECK(sbin[2].reward == 1.0);  // success at turn 2 counts like turn 1: the dilution LEAP criticises
-  CHECK(sbin[0].advantage == doctest::Approx(0.25 / 0.4330127).epsilon(1e-4));
+  CHECK(sbin[0].advantage == doctest::Approx(0.25 / 0.5).epsilon(1e-4));
   REQUIRE(sbin[3].turn_advantages.size() == 3);
-  for (double v : sbin[3].turn_advantages) CHECK(v == doctest::Approx(-0.75 / 0.4330127).epsilon(1e-4));
+  for (double v : sbin[3].turn_advantages) CHECK(v == doctest::Approx(-0.75 / 0.5).epsilon(1e-4));
   const auto sb = rl::score_group(b, exp);
   for (const auto& s : sb) CHECK(s.reward == 0.0);
 

@@ -375,3 +375,113 @@ TEST_CASE("rl report: leap report over two short real runs (DCP on and off) show
     }
   CHECK(svgs >= 1);
 }
+
+TEST_CASE("rl trainer: a c10::Error or std::bad_alloc leaving train() marks the run failed, naming type and message") {
+  const fs::path& root = tiny_model();
+  for (const std::string kind : {"c10::Error", "std::bad_alloc"}) {
+    CAPTURE(kind);
+    auto exp = small_experiment(root);
+    exp.train.steps = 3;
+    exp.rollout.group_size = 2;
+    RuleGrader grader;
+    grader.chars = {' ', 'e', 't', 'a'};
+    test::TempDir out;
+    store::Store db(out.path / "leap.db");
+    rl::TrainContext ctx;
+    ctx.store = &db;
+    ctx.grader = &grader;
+    ctx.results_dir = (out.path / "results").string();
+    ctx.progress = false;
+    std::vector<std::string> blocks;
+    ctx.fault_hook = [&](std::string_view block, int64_t step) {
+      blocks.push_back(std::string(block) + "@" + std::to_string(step));
+      if (block != "update" || step != 2) return;
+      if (kind == "c10::Error") TORCH_CHECK(false, "CUDA out of memory (injected)");
+      throw std::bad_alloc();
+    };
+    std::string message;
+    try {
+      rl::train(exp, ctx);
+      FAIL("the injected exception did not leave train()");
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    CHECK(message.find(kind) != std::string::npos);
+    if (kind == "c10::Error") {
+      CHECK(message.find("CUDA out of memory (injected)") != std::string::npos);
+      CHECK(message.find("Exception raised from") == std::string::npos);  // one line, no backtrace
+    }
+    // Step 1 ran every block in order; step 2 stopped at its update.
+    CHECK(blocks == std::vector<std::string>{"rollouts@1", "rewards@1", "samples@1", "update@1", "metrics@1",
+                                             "store@1", "eval@1", "checkpoint@1", "rollouts@2", "rewards@2",
+                                             "samples@2", "update@2"});
+    const auto runs = db.list_runs();
+    REQUIRE(runs.size() == 1);
+    CHECK(runs[0].status == store::RunStatus::failed);
+    CHECK(db.count_rows("steps") == 1);
+    auto st = db.db().prepare("SELECT message FROM events WHERE kind = 'error'");
+    REQUIRE(st.step());
+    const std::string event = st.column_text(0);
+    CAPTURE(event);
+    CHECK(event.rfind(kind + ": ", 0) == 0);
+    if (kind == "c10::Error") CHECK(event.find("CUDA out of memory (injected)") != std::string::npos);
+    else CHECK(event.find("bad_alloc") != std::string::npos);
+    CHECK_FALSE(st.step());  // one error event
+  }
+}
+
+TEST_CASE("rl trainer: loss.aggregation is honoured with compaction on, and the run row stores the resolved value") {
+  // Compaction on with a budget no prompt reaches: every rollout is one segment. DCP off, so a
+  // failed rollout is debugged up to 3 turns and rollouts have 1 to 3 turns of 3 tokens: the
+  // token mean and the segment mean weigh turns differently. One optimizer step per RL step
+  // (mini-batch 64), so the step-1 loss is -sum_i w_i n_i A_i at ratio 1 (no clipping): the test
+  // computes it from the stored turns for each aggregation.
+  const fs::path& root = tiny_model();
+  std::map<std::string, double> loss_of;
+  for (const std::string agg : {"auto", "token_mean", "segment_mean"}) {
+    CAPTURE(agg);
+    auto exp = small_experiment(root);
+    exp.compaction.enabled = true;
+    exp.compaction.max_prompt_tokens = 1000000;
+    exp.loss.aggregation = agg;
+    exp.turns.max = 3;
+    exp.dcp.enabled = false;
+    exp.train.steps = 1;
+    exp.rollout.group_size = 4;
+    exp.train.mini_batch_size = 64;
+    RuleGrader grader;
+    grader.chars = {' ', 'e', 't', 'a', 'o'};
+    test::TempDir out;
+    store::Store db(out.path / "leap.db");
+    const auto s = train_run(exp, db, grader, (out.path / "results").string());
+    const std::string resolved = agg == "auto" ? "segment_mean" : agg;
+    CHECK(db.get_run(s.run_id)->config_yaml.find("aggregation: \"" + resolved + "\"") != std::string::npos);
+    // Stored turns: rollout id, tokens, advantage.
+    std::map<int64_t, std::vector<std::pair<double, double>>> by_rollout;
+    auto st = db.db().prepare("SELECT rollout_id, completion_tokens, advantage FROM turns ORDER BY id");
+    double total_tokens = 0;
+    while (st.step()) {
+      by_rollout[st.column_int64(0)].push_back({static_cast<double>(st.column_int64(1)), st.column_double(2)});
+      total_tokens += static_cast<double>(st.column_int64(1));
+    }
+    std::set<size_t> lengths;
+    for (const auto& [id, turns] : by_rollout) lengths.insert(turns.size());
+    REQUIRE(lengths.size() > 1);  // rollouts of different lengths, else both means agree
+    double want = 0, segments = 0;
+    for (const auto& [id, turns] : by_rollout) {
+      double tok = 0, adv_tok = 0;
+      for (auto [n, a] : turns) tok += n, adv_tok += n * a;
+      if (resolved == "token_mean") want -= adv_tok / total_tokens;
+      else if (tok > 0) want -= adv_tok / tok, segments += 1;
+    }
+    if (resolved == "segment_mean") want /= segments;
+    auto ls = db.db().prepare("SELECT value FROM metrics WHERE name = 'loss' AND step = 1");
+    REQUIRE(ls.step());
+    loss_of[agg] = ls.column_double(0);
+    CHECK(loss_of[agg] == doctest::Approx(want).epsilon(1e-4));
+  }
+  // The same rollouts (same seeds and weights before the update), different update weights.
+  CHECK(loss_of["auto"] == doctest::Approx(loss_of["segment_mean"]).epsilon(1e-9));
+  CHECK(loss_of["token_mean"] != doctest::Approx(loss_of["segment_mean"]).epsilon(1e-4));
+}

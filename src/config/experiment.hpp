@@ -105,7 +105,7 @@ struct DcpConfig {
 /// `reward:` reward kind and the rank tournament's later keys (DESIGN.md section 4).
 struct RewardConfig {
   std::string kind = "rank";                 ///< rank | binary | speedup | kernelgym
-  std::vector<std::string> rank_keys = {"speedup"};  ///< later tournament keys: speedup, tokens
+  std::vector<std::string> rank_keys = {"speedup", "tokens"};  ///< later tournament keys (DESIGN.md 4: speedup, then tokens)
   double speedup_tie_margin = 0.05;          ///< relative speedup difference counted as a tie
   int64_t tokens_tie_margin = 16;            ///< token-count difference counted as a tie (tokens)
   double kernelgym_speedup_cap = 3.0;        ///< cap of the speedup term of `kernelgym`
@@ -130,7 +130,9 @@ struct LossConfig {
   double eps_low = 0.2;                      ///< lower clip: ratio >= 1 - eps_low
   double eps_high = 0.28;                    ///< upper clip: ratio <= 1 + eps_high
   double kl_beta = 0.0;                      ///< k3 KL weight to a frozen reference (0: off)
-  std::string aggregation = "token_mean";    ///< token_mean | seq_mean_token_mean | constant_length
+  /// auto | token_mean | seq_mean_token_mean | constant_length | segment_mean; `auto` is
+  /// segment_mean with compaction on and token_mean with it off (config::resolved gives the value).
+  std::string aggregation = "auto";
   bool dynamic_sampling = false;             ///< DAPO: drop groups whose advantages are all zero
 };
 
@@ -141,7 +143,7 @@ struct OptimConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1.0e-8;
-  int64_t warmup_steps = 0;
+  int64_t warmup_steps = 0;           ///< linear warm-up length in RL steps (train.steps units)
   std::string schedule = "constant";  ///< constant | cosine
   double max_grad_norm = 1.0;          ///< 0 = no clipping
 };

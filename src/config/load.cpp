@@ -299,6 +299,12 @@ Experiment load_experiment(const std::string& path, const std::vector<std::strin
   return parse_experiment(text, path, overrides);
 }
 
+Experiment resolved(const Experiment& exp) {
+  Experiment out = exp;
+  if (out.loss.aggregation == "auto") out.loss.aggregation = out.compaction.enabled ? "segment_mean" : "token_mean";
+  return out;
+}
+
 std::string to_yaml(const Experiment& exp_in, bool comments) {
   Experiment exp = exp_in;  // Field::ref needs a mutable object
   YAML::Emitter out;

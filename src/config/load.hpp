@@ -28,6 +28,11 @@ void apply_override(Experiment& exp, const std::string& key_value);
 /// in the error message. Throws ConfigError.
 void validate(const Experiment& exp, const std::string& source);
 
+/// `exp` with every `auto` value replaced by what it stands for: loss.aggregation `auto` becomes
+/// segment_mean when compaction.enabled, token_mean otherwise (an explicit value is kept). The
+/// trainer runs, and stores in the run's config row, this resolved form.
+Experiment resolved(const Experiment& exp);
+
 /// The whole resolved config as YAML, every key, in schema order; parse_experiment of the
 /// result gives back an equal Experiment. With `comments`, each key carries its one-line
 /// description (the form of configs/reference.yaml).

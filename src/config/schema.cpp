@@ -176,8 +176,9 @@ std::vector<Field> build() {
                 "upper clip of the ratio: 1 + eps_high", 0, kInf));
   s.push_back(F("loss.kl_beta", FT::Double, member(&E_::loss, &LossConfig::kl_beta),
                 "weight of the k3 KL to a frozen reference; 0 = off", 0, kInf));
-  s.push_back(E("loss.aggregation", {"token_mean", "seq_mean_token_mean", "constant_length"},
-                member(&E_::loss, &LossConfig::aggregation), "how token losses are averaged"));
+  s.push_back(E("loss.aggregation", {"auto", "token_mean", "seq_mean_token_mean", "constant_length", "segment_mean"},
+                member(&E_::loss, &LossConfig::aggregation),
+                "how token losses are averaged; auto = segment_mean with compaction, token_mean without"));
   s.push_back(F("loss.dynamic_sampling", FT::Bool, member(&E_::loss, &LossConfig::dynamic_sampling),
                 "DAPO: drop groups whose advantages are all zero"));
   // optim
@@ -188,7 +189,7 @@ std::vector<Field> build() {
   s.push_back(F("optim.beta2", FT::Double, member(&E_::optim, &OptimConfig::beta2), "AdamW beta2", 0, 1));
   s.push_back(F("optim.eps", FT::Double, member(&E_::optim, &OptimConfig::eps), "AdamW epsilon", 0, kInf, true));
   s.push_back(F("optim.warmup_steps", FT::Int, member(&E_::optim, &OptimConfig::warmup_steps),
-                "linear learning-rate warm-up (optimizer steps)", 0, kInf));
+                "linear learning-rate warm-up (RL steps)", 0, kInf));
   s.push_back(E("optim.schedule", {"constant", "cosine"}, member(&E_::optim, &OptimConfig::schedule),
                 "learning-rate schedule after warm-up"));
   s.push_back(F("optim.max_grad_norm", FT::Double, member(&E_::optim, &OptimConfig::max_grad_norm),

@@ -28,9 +28,10 @@ Baseline baseline(const std::vector<double>& s, AdvantageKind kind, double std_e
   } else if (kind == AdvantageKind::grpo) {
     double ss = 0.0;
     for (double x : s) ss += (x - mean) * (x - mean);
-    // Population std. Equal scores (std 0) leave the advantage unscaled: dividing by std_eps
-    // alone would blow up any later-turn return that differs from the baseline.
-    const double sd = std::sqrt(ss / g);
+    // Unbiased (Bessel-corrected) std, as verl's GRPO estimator (torch.std); G >= 2 here.
+    // Equal scores (std 0) leave the advantage unscaled: dividing by std_eps alone would blow up
+    // any later-turn return that differs from the baseline.
+    const double sd = std::sqrt(ss / (g - 1.0));
     out.scale = sd > 0 ? sd + std_eps : 1.0;
   }
   return out;

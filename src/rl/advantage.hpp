@@ -1,6 +1,8 @@
 #pragma once
 // Group-baseline advantage estimators for the non-rank rewards, LEAP turn credit and the DAPO
-// all-zero test (DESIGN.md section 4). No torch.
+// all-zero test (DESIGN.md section 4). Sources: GRPO (arXiv:2402.03300, section 4.1.2), Dr. GRPO
+// (arXiv:2503.20783, section 3.1), RLOO (arXiv:2402.14740, section 3.2), DAPO dynamic sampling
+// (arXiv:2503.14476, section 3.2). No torch.
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -14,8 +16,11 @@ enum class AdvantageKind { grpo, dr_grpo, rloo };
 AdvantageKind parse_advantage_kind(std::string_view name);
 
 /// Group-baseline advantages over scores s_i, one per rollout (DESIGN.md section 4):
-///  grpo (GRPO): (s_i - mean) / (std + std_eps), std the POPULATION std (divides by G, not G-1);
-///  dr_grpo (Dr. GRPO): s_i - mean;  rloo (RLOO): s_i - mean_{j != i} s_j.
+///  grpo (GRPO, Shao et al., DeepSeekMath, arXiv:2402.03300, section 4.1.2): (s_i - mean) /
+///    (std + std_eps), std the UNBIASED sample std (divides by G - 1), as verl's
+///    compute_grpo_outcome_advantage (torch.std); the paper writes std() without saying which;
+///  dr_grpo (Dr. GRPO, Liu et al., arXiv:2503.20783, section 3.1): s_i - mean;
+///  rloo (RLOO, Ahmadian et al., arXiv:2402.14740, section 3.2): s_i - mean_{j != i} s_j.
 /// G == 1 gives {0} for every kind; an empty group gives {}.
 std::vector<double> group_advantages(const std::vector<double>& scores, AdvantageKind kind,
                                      double std_eps);

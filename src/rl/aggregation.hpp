@@ -1,6 +1,10 @@
 #pragma once
 // Loss aggregation: per-sample weights that make a batch's token losses one scalar
-// (DESIGN.md section 4, "Loss" and "Compaction"). No torch; rl/loss.hpp includes this.
+// (DESIGN.md section 4, "Loss" and "Compaction"). Sources: token_mean is DAPO's token-level
+// loss (arXiv:2503.14476, section 3.3); seq_mean_token_mean is GRPO's objective (arXiv:2402.03300,
+// section 4.1, eq. 3); constant_length is Dr. GRPO's (arXiv:2503.20783); segment_mean is our rule
+// after ATRL (no verified arXiv id): the trainer fixes its weights once per RL step over all
+// ranks (rl/update.hpp set_step_segment_weights). No torch; rl/loss.hpp includes this.
 #include <cstdint>
 #include <string_view>
 #include <vector>

@@ -1,6 +1,7 @@
 #pragma once
-// Difficulty-Conditioned Pruning: which groups go on to debugging turns (LEAP, DESIGN.md
-// section 4). No torch.
+// Difficulty-Conditioned Pruning: which groups go on to debugging turns. Source: LEAP (DESIGN.md
+// section 4 "Difficulty-Conditioned Pruning"; DESIGN.md names the paper but not its arXiv id, and
+// we have not verified one). Applied in one place, rl/rollout.cpp apply_dcp. No torch.
 
 namespace leap::rl {
 

@@ -1,5 +1,9 @@
 #pragma once
-// The clipped-surrogate policy loss with optional k3 KL (DESIGN.md section 4, "Loss").
+// The clipped-surrogate policy loss with optional k3 KL (DESIGN.md section 4, "Loss"). Sources:
+// PPO's clipped surrogate (Schulman et al., arXiv:1707.06347, section 3, eq. 7); separate
+// eps_low / eps_high ("Clip-Higher", DAPO, Yu et al., arXiv:2503.14476, section 3.1); the k3 KL
+// estimator as GRPO uses it (Shao et al., arXiv:2402.03300, section 4.1, eq. 4; after
+// Schulman's note "Approximating KL Divergence", 2020).
 #include <ATen/core/Tensor.h>
 
 #include "rl/aggregation.hpp"

@@ -62,7 +62,7 @@ int compare(const RolloutOutcome& a, const RolloutOutcome& b, const std::vector<
   if (*ka != *kb) return *ka < *kb ? 1 : -1;
   for (Key key : keys) {
     int c = key == Key::speedup
-                ? compare_speedup(a.best_speedup(), b.best_speedup(), opts.speedup_tie_margin)
+                ? compare_speedup(a.first_success_speedup(), b.first_success_speedup(), opts.speedup_tie_margin)
                 : compare_tokens(a.completion_tokens, b.completion_tokens, opts.tokens_tie_margin);
     if (c != 0) return c;
   }
@@ -77,13 +77,9 @@ std::optional<int> RolloutOutcome::first_success() const {
   return std::nullopt;
 }
 
-double RolloutOutcome::best_speedup() const {
-  double best = kNaN;
-  for (size_t t = 0; t < turn_correct.size(); ++t) {
-    double s = speedup_at(*this, t);
-    if (turn_correct[t] && !std::isnan(s) && (std::isnan(best) || s > best)) best = s;
-  }
-  return best;
+double RolloutOutcome::first_success_speedup() const {
+  const auto k = first_success();
+  return k ? speedup_at(*this, static_cast<size_t>(*k - 1)) : kNaN;
 }
 
 std::vector<double> rank_rewards(const std::vector<RolloutOutcome>& group, const RankOptions& opts) {

@@ -1,6 +1,9 @@
 #pragma once
-// Rewards of finished rollouts: the LEAP rank tournament, the binary / speedup / kernelgym
-// baselines, and per-turn discounted returns (DESIGN.md section 4). No torch.
+// Rewards of finished rollouts (DESIGN.md section 4) and their sources: the rank tournament of
+// LEAP (DESIGN.md "Rank-based reward"; no verified arXiv id), the per-turn `speedup` reward and
+// the discounted per-turn returns of Kevin (Baronio et al., arXiv:2507.11948, the multi-turn
+// reward attribution of its training recipe), `kernelgym` (DESIGN.md's formula, after KernelGym /
+// Dr. Kernel; no verified arXiv id) and `binary`, the single-outcome baseline. No torch.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,13 +22,15 @@ struct RolloutOutcome {
 
   /// k_i, the 1-based turn of the first correct solution; empty = never correct.
   std::optional<int> first_success() const;
-  /// Max speedup over correct turns whose speedup is known (not NaN); NaN if there is none.
-  double best_speedup() const;
+  /// Speedup of the first correct turn k_i (the turn the tournament ranks on); NaN if the
+  /// rollout never succeeded or that turn's speedup is unknown. A faster kernel found later with
+  /// `refine_after_success` does not change it: the rank reward credits the first success.
+  double first_success_speedup() const;
 };
 
 /// Later keys of the rank tournament and their tie margins (config `reward.*`).
 struct RankOptions {
-  std::vector<std::string> keys = {"speedup"};  ///< in order; each of "speedup" | "tokens"
+  std::vector<std::string> keys = {"speedup", "tokens"};  ///< in order; each of "speedup" | "tokens"
   double speedup_tie_margin = 0.05;  ///< |a-b| <= margin * max(a,b) is a tie (relative)
   int64_t tokens_tie_margin = 16;    ///< |a-b| <= margin is a tie (tokens)
 };

@@ -1,7 +1,8 @@
 #pragma once
 // The multi-turn rollout engine (DESIGN.md sections 1 and 4): G samples per task, the environment
-// grades every turn, DCP decides after turn 1 which groups get debugging turns, later turns see
-// the (compacted) context plus the previous verdict's feedback. Used by training and `leap eval`.
+// grades every turn, DCP (rl/dcp.hpp, LEAP) decides after turn 1 which groups get debugging turns,
+// later turns see the (compacted, rl/compaction.hpp) context plus the previous verdict's feedback,
+// as in Kevin's multi-turn refinement (arXiv:2507.11948). Used by training and `leap eval`.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 #pragma once
 // From a group's graded rollouts to rewards and per-sample advantages: the configured reward
 // kind, its advantage (estimator, discounted returns, turn credit), and every reward component
-// for the store (DESIGN.md section 4).
+// for the store (DESIGN.md section 4; the sources are named in rl/reward.hpp and rl/advantage.hpp).
 #include <cmath>
 #include <optional>
 #include <string>

@@ -1,10 +1,15 @@
 #pragma once
-// `leap train`: SFT warm start (optional), then per step: rollouts (multi-turn, DCP,
-// compaction) -> rewards and advantages -> clipped policy-gradient update -> one store
-// transaction; periodic evaluation on the eval split, checkpoints and resume (DESIGN.md 1, 4).
+// `leap train`: SFT warm start (optional, rl/sft.hpp), then per RL step (train_step in
+// trainer.cpp, read top to bottom): rollouts (rl/rollout.hpp: multi-turn, DCP, compaction) ->
+// rewards and advantages (rl/scoring.hpp) -> samples -> update (rl/update.hpp: GRPO with the
+// clipped surrogate, arXiv:2402.03300 section 4.1 and arXiv:1707.06347 section 3) -> metrics
+// (rl/step_counters.hpp) -> one store transaction -> periodic eval and checkpoint; resume
+// (DESIGN.md sections 1 and 4, docs/training.md).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "config/experiment.hpp"
 
@@ -33,6 +38,10 @@ struct TrainContext {
   /// rank 0 alone writes the store (the other ranks' rows travel to it) and the checkpoints
   /// (docs/distributed.md).
   dist::ProcessGroup* group = nullptr;
+  /// Tests only: called with the block's name ("rollouts", "rewards", "samples", "update",
+  /// "metrics", "store", "eval", "checkpoint") and the step at the start of each block of every
+  /// RL step; whatever it throws leaves train() as a failure would. Empty: not called.
+  std::function<void(std::string_view block, int64_t step)> fault_hook;
 };
 
 /// What a finished run reports.
@@ -56,8 +65,13 @@ struct TrainSummary {
   bool already_finished = false;
 };
 
-/// Runs (or resumes) a training run. Throws leap::Error (config, model, tasks, store) with a
-/// message naming the file; the run row is marked `failed` (or `interrupted` on SIGINT) first.
+/// Runs (or resumes) a training run of config::resolved(exp) (that resolved config is what the
+/// run row stores). Throws leap::Error (config, model, tasks, store) with a message naming the
+/// file. Once the run row exists, every exception that leaves train() first marks the run
+/// `failed` with an `error` event "TYPE: message" (the exception's demangled type, e.g.
+/// c10::Error or std::bad_alloc, and its message without a backtrace), except SIGINT/SIGTERM
+/// (the run is `interrupted`) and a lost lease (the row is the new writer's); a leap::Error
+/// propagates as itself, any other exception as a leap::Error "run R: TYPE: message" (exit 1).
 /// The writing process holds the run's lease (store::RunLease, refreshed per step): a resume
 /// while the holder lives throws naming its pid and changes nothing; a stale lease (a dead pid on
 /// this host, or 2 hours without refresh from another host) is taken over with a `lease` event.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "dist/process_group.hpp"
 #include "util/error.hpp"
@@ -201,6 +202,66 @@ void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSamp
                 [](TrainSample& s, const float* p, int64_t n) { s.new_logprob_mean = mean_of(p, n); });
 }
 
+std::map<int64_t, int64_t> segment_tokens(const std::vector<TrainSample>& samples) {
+  std::map<int64_t, int64_t> out;
+  for (const auto& s : samples)
+    if (!s.completion_ids.empty()) out[s.segment_id] += static_cast<int64_t>(s.completion_ids.size());
+  return out;
+}
+
+void set_segment_weights(std::vector<TrainSample>& samples, const std::map<int64_t, int64_t>& step_tokens) {
+  const double segments = static_cast<double>(step_tokens.size());
+  for (auto& s : samples) {
+    s.weight = 0;
+    if (s.completion_ids.empty()) continue;
+    const auto it = step_tokens.find(s.segment_id);
+    if (it == step_tokens.end() || it->second <= 0)
+      throw Error("set_segment_weights: segment " + std::to_string(s.segment_id) + " has no token count");
+    s.weight = 1.0 / (static_cast<double>(it->second) * segments);
+  }
+}
+
+void set_step_segment_weights(std::vector<TrainSample>& samples, dist::ProcessGroup* group) {
+  auto tokens = segment_tokens(samples);
+  if (group) {
+    std::string mine;
+    for (const auto& [id, n] : tokens) mine += std::to_string(id) + " " + std::to_string(n) + "\n";
+    tokens.clear();
+    for (const auto& part : group->all_gather_bytes(mine)) {
+      std::istringstream in(part);
+      int64_t id = 0, n = 0;
+      while (in >> id >> n) tokens[id] += n;
+    }
+  }
+  set_segment_weights(samples, tokens);
+}
+
+std::vector<double> step_weights(const std::vector<TrainSample>& samples, const std::vector<size_t>& step_idx,
+                                 const UpdateOptions& o, size_t steps_per_epoch) {
+  if (o.aggregation == Aggregation::segment_mean) {
+    std::vector<double> w;
+    for (size_t i : step_idx) {
+      if (samples[i].weight < 0)
+        throw Error("ppo_update: segment_mean weights are not set (call set_step_segment_weights first)");
+      w.push_back(samples[i].weight * static_cast<double>(std::max<size_t>(1, steps_per_epoch)));
+    }
+    return w;
+  }
+  // Normalizers over the whole optimizer step (all ranks), so gradient accumulation is exact.
+  std::vector<int64_t> ntok, seg;
+  for (size_t i : step_idx) {
+    ntok.push_back(static_cast<int64_t>(samples[i].completion_ids.size()));
+    seg.push_back(samples[i].segment_id);
+  }
+  AggregationTotals totals = aggregation_totals(o.aggregation, ntok, seg, o.max_len);
+  if (o.group) {
+    const auto t = o.group->all_reduce_sum({static_cast<double>(totals.tokens), static_cast<double>(totals.samples),
+                                            static_cast<double>(totals.segments)});
+    totals = {std::llround(t[0]), std::llround(t[1]), std::llround(t[2])};
+  }
+  return aggregation_weights(o.aggregation, ntok, seg, o.max_len, totals);
+}
+
 UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& optimizer,
                        const std::vector<at::Tensor>& params, std::vector<TrainSample>& samples,
                        const UpdateOptions& o) {
@@ -225,19 +286,7 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
     auto steps = chunks(order, step_size);
     steps.resize(n_steps);  // a rank out of samples runs empty steps (zero gradient)
     for (const auto& step_idx : steps) {
-      // Aggregation weights over the whole optimizer step (all ranks), so accumulation is exact.
-      std::vector<int64_t> ntok, seg;
-      for (size_t i : step_idx) {
-        ntok.push_back(static_cast<int64_t>(samples[i].completion_ids.size()));
-        seg.push_back(samples[i].segment_id);
-      }
-      AggregationTotals totals = aggregation_totals(o.aggregation, ntok, seg, o.max_len);
-      if (pg) {
-        const auto t = pg->all_reduce_sum({static_cast<double>(totals.tokens), static_cast<double>(totals.samples),
-                                           static_cast<double>(totals.segments)});
-        totals = {std::llround(t[0]), std::llround(t[1]), std::llround(t[2])};
-      }
-      const auto w = aggregation_weights(o.aggregation, ntok, seg, o.max_len, totals);
+      const auto w = step_weights(samples, step_idx, o, n_steps);
       double step_loss = 0;
       for (size_t start = 0; start < step_idx.size(); start += mb) {
         std::vector<size_t> idx(step_idx.begin() + static_cast<long>(start),

@@ -1,9 +1,10 @@
 #pragma once
 // The policy update: old (and reference) log-probs by a no-grad forward, then PPO-style epochs
-// of the clipped surrogate over mini-batches with gradient accumulation, grad-norm clipping and
+// (Schulman et al., arXiv:1707.06347, section 3 and Algorithm 1) of the clipped surrogate over mini-batches with gradient accumulation, grad-norm clipping and
 // a skip on a non-finite loss or gradient (DESIGN.md section 4, "Loss"). Also the supervised
 // (SFT) step. Samples are turns: their context plus their completion.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,7 +27,10 @@ struct TrainSample {
   std::vector<int64_t> prompt_ids;      ///< rendered context (tokens)
   std::vector<int64_t> completion_ids;  ///< generated tokens
   double advantage = 0;
-  int64_t segment_id = 0;               ///< unique per (group, rollout, segment), for segment_mean
+  int64_t segment_id = 0;               ///< unique per (group, rollout, segment) over all ranks, for segment_mean
+  /// segment_mean: the sample's fixed share of the RL step's loss, 1 / (tokens of its segment *
+  /// segments), both counted over the whole step and all ranks (set_segment_weights); < 0: unset.
+  double weight = -1;
   // Filled by the update:
   std::vector<float> old_logp;          ///< per completion token, before the update (nats)
   std::vector<float> ref_logp;          ///< per completion token under the frozen reference
@@ -67,6 +71,31 @@ struct UpdateStats {
   std::vector<std::string> events;  ///< one line per skipped step
 };
 
+/// Trained tokens per segment id over `samples` (samples without tokens are not counted).
+std::map<int64_t, int64_t> segment_tokens(const std::vector<TrainSample>& samples);
+
+/// Sets `weight` of every sample for segment_mean (DESIGN.md section 4, "Compaction"): token mean
+/// inside each segment, then mean over segments, over the WHOLE RL step: w_i = 1 / (T_s * S),
+/// T_s the tokens of i's segment and S the segments with tokens, both from `step_tokens` (the sum
+/// of every rank's segment_tokens; a segment's turns may lie on several ranks and in several
+/// optimizer steps, and count once). A sample without tokens gets 0. Throws leap::Error if a
+/// sample's segment is missing from `step_tokens`.
+void set_segment_weights(std::vector<TrainSample>& samples, const std::map<int64_t, int64_t>& step_tokens);
+
+/// segment_tokens over this rank's samples summed with every other rank's (all-gather; every
+/// rank must call), then set_segment_weights. `group` null: this process's samples only.
+/// Throws leap::Error when a collective fails.
+void set_step_segment_weights(std::vector<TrainSample>& samples, dist::ProcessGroup* group);
+
+/// The loss weights of one optimizer step over samples[step_idx], in that order. segment_mean:
+/// each sample's fixed `weight` times `steps_per_epoch`, so the steps of an epoch add up to one
+/// segment mean over the whole RL step however the segments fall into steps (each step's loss
+/// keeps the scale of a mean); throws leap::Error if a weight is unset. Other aggregations:
+/// aggregation_weights over the step's samples, the normalizers summed over options.group's
+/// ranks (every rank must call then).
+std::vector<double> step_weights(const std::vector<TrainSample>& samples, const std::vector<size_t>& step_idx,
+                                 const UpdateOptions& options, size_t steps_per_epoch);
+
 /// Fills old_logp / old_logprob_mean of every sample with the current policy (no grad), and
 /// ref_logp with `reference` when it is given (k3 KL). Batches of `mini_batch_size`.
 void compute_old_logprobs(model::Transformer& policy, model::Transformer* reference, std::vector<TrainSample>& samples,
@@ -76,9 +105,9 @@ void compute_old_logprobs(model::Transformer& policy, model::Transformer* refere
 void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSample>& samples,
                                const UpdateOptions& options);
 
-/// Runs `ppo_epochs` epochs over `samples` (old log-probs must be filled): each optimizer step
-/// takes mini_batch_size * grad_accum samples, weighs them with aggregation_weights over that
-/// set, accumulates the gradients of its mini-batches, clips the global norm and steps
+/// Runs `ppo_epochs` epochs over `samples` (old log-probs must be filled; with segment_mean the
+/// fixed weights too, set_step_segment_weights): each optimizer step takes
+/// mini_batch_size * grad_accum samples, weighs them with step_weights, accumulates the gradients of its mini-batches, clips the global norm and steps
 /// `optimizer`. A non-finite loss or gradient zeroes the gradients, skips the step and is
 /// recorded in `events`; the weights stay as they were. `params` are the trained tensors.
 /// With options.group: each epoch runs as many optimizer steps as the rank with the most

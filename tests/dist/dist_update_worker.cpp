@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
     if (pg && pg->rank() == 1 && mode == "die") _exit(7);
     if (pg && pg->rank() == 1 && mode == "hang") sleep(600);
 
-    // The global batch: 7 samples, segments {0,1} {2,3} {4,5} {6} (never split by SPLIT 4 or 7).
+    // The global batch: 7 samples, segments {0,1} {2,3} {4,5} {6} (SPLIT 3 puts segment {2,3} on
+    // both ranks: segment_mean's totals are the step's over all ranks).
     std::mt19937_64 rng(5);
     std::vector<rl::TrainSample> all;
     for (int i = 0; i < 7; ++i) {
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     std::cout << "sft loss " << sft << "\n";
     for (int step = 0; step < 3; ++step) {
       rl::compute_old_logprobs(model, nullptr, mine, o);
+      if (o.aggregation == rl::Aggregation::segment_mean) rl::set_step_segment_weights(mine, pg.get());
       const auto st = rl::ppo_update(model, opt, params, mine, o);
       std::cout << "update " << step + 1 << ": loss " << st.loss << " grad_norm " << st.grad_norm << " steps "
                 << st.optimizer_steps << "\n";

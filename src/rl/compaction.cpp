@@ -1,0 +1,85 @@
+// Context compaction (DESIGN.md section 4, "Compaction").
+#include "rl/compaction.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "rl/prompts.hpp"
+#include "tasks/task_spec.hpp"
+#include "util/error.hpp"
+#include "util/hash.hpp"
+
+namespace leap::rl {
+
+Prompt compact_record(const tasks::TaskSpec& spec, const std::string& backend, const std::string& strategy,
+                      const std::vector<TurnResult>& turns, const std::string& summary) {
+  if (turns.empty()) throw Error("compact_record: a rollout with no graded turn has nothing to compact");
+  std::string body = task_message(spec, backend);
+  const auto& last = turns.back();
+  if (strategy == "summary") {
+    body += "\nSummary of your earlier attempts:\n" + summary + "\n";
+  } else {
+    body += "\nYour earlier attempts:\n";
+    for (const auto& t : turns) body += digest_line(t.turn, env::to_string(t.result.verdict), t.result.feedback) + "\n";
+    body += "\nYour latest attempt (attempt " + std::to_string(last.turn) + "):\n" + strip_think(last.sample.text) + "\n";
+  }
+  body += "\n" + feedback_message(env::to_string(last.result.verdict), last.result.feedback, last.result.speedup);
+  return {{"system", system_prompt(backend)}, {"user", body}};
+}
+
+void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn, const EngineOptions& options,
+                     uint64_t seed, EngineStats& stats) {
+  if (!options.compaction || turn <= 1) return;
+  // Over the budget: these are compacted.
+  std::vector<size_t> over;
+  std::vector<int64_t> before;
+  for (size_t p = 0; p < pending.size(); ++p) {
+    const int64_t n = policy.count_tokens(*pending[p].context);
+    if (n > options.max_prompt_tokens) over.push_back(p), before.push_back(n);
+  }
+  if (over.empty()) return;
+
+  // Strategy summary: the policy summarises each context first (one batched call).
+  std::vector<std::string> summaries(over.size());
+  if (options.compaction_strategy == "summary") {
+    std::vector<Prompt> requests;
+    for (size_t p : over) {
+      Prompt r = *pending[p].context;
+      r.push_back({"user", summary_request()});
+      requests.push_back(std::move(r));
+    }
+    SampleOptions so = options.sampling;
+    so.max_new_tokens = options.summary_max_tokens;
+    so.seed = util::mix_seed(util::mix_seed(seed, static_cast<uint64_t>(turn)), 0x5u);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto samples = policy.generate(requests, so);
+    stats.generation_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t k = 0; k < over.size(); ++k) {
+      PendingTurn& p = pending[over[k]];
+      TurnResult tr;
+      tr.turn = turn;
+      tr.segment = *p.segment;
+      tr.is_summary = true;
+      tr.prompt = requests[k];
+      tr.prompt_text = policy.render(requests[k]);
+      tr.sample = std::move(samples[k]);
+      summaries[k] = strip_think(tr.sample.text);
+      p.rollout->summaries.push_back(std::move(tr));
+    }
+  }
+
+  // The compact record replaces the context and opens a new segment.
+  for (size_t k = 0; k < over.size(); ++k) {
+    PendingTurn& p = pending[over[k]];
+    *p.context = compact_record(*p.spec, options.backend, options.compaction_strategy, p.rollout->turns, summaries[k]);
+    const int64_t saved = std::max<int64_t>(0, before[k] - policy.count_tokens(*p.context));
+    *p.segment += 1;
+    p.compacted = true;
+    p.rollout->compactions += 1;
+    p.rollout->tokens_saved += saved;
+    stats.compaction_events += 1;
+    stats.tokens_saved += saved;
+  }
+}
+
+}  // namespace leap::rl
