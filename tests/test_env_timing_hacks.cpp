@@ -141,7 +141,7 @@ TEST_CASE("scoring: a suspicious speedup counts as the cap in the rank tournamen
   };
   rl::RankOptions opts;
   opts.keys = {"speedup"};
-  CHECK(outcome(3000.0, true).best_speedup() == doctest::Approx(10.0));
+  CHECK(outcome(3000.0, true).first_success_speedup() == doctest::Approx(10.0));
   // Against an honest 10x: a tie (0, 0); against an honest 20x: the honest one wins.
   auto tie = rl::rank_rewards({outcome(3000.0, true), outcome(10.0, false)}, opts);
   CHECK(tie[0] == doctest::Approx(0.0));

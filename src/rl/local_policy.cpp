@@ -45,6 +45,7 @@ std::vector<Sample> LocalPolicy::generate(const std::vector<Prompt>& prompts, co
     p.max_new_tokens = options.max_new_tokens;
     p.stop_ids = stop_ids_;
     p.seed = options.seed + start;
+    p.compute_dtype = compute_dtype_;
     auto completions = model::generate(model_, batch, p, nullptr);
     for (size_t i = start; i < end; ++i) {
       auto& c = completions[i - start];

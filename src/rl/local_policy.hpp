@@ -25,6 +25,10 @@ class LocalPolicy : public Policy {
   /// Token ids of a completion text followed by the end-of-turn token (for supervised samples).
   std::vector<int64_t> encode_completion(const std::string& text) const;
   const std::vector<int64_t>& stop_ids() const { return stop_ids_; }
+  /// Generates in `dtype` (autocast, KV cache of that dtype; model::SamplingParams::compute_dtype),
+  /// e.g. kBFloat16 over fp32 master weights on a GPU, as the update's forward runs. Undefined
+  /// (default): the weights' dtype.
+  void set_compute_dtype(c10::ScalarType dtype) { compute_dtype_ = dtype; }
 
  private:
   model::Transformer& model_;
@@ -32,6 +36,7 @@ class LocalPolicy : public Policy {
   model::ChatFormat format_;
   int64_t max_batch_;
   std::vector<int64_t> stop_ids_;
+  c10::ScalarType compute_dtype_ = c10::ScalarType::Undefined;
 };
 
 }  // namespace leap::rl

@@ -38,7 +38,7 @@ struct RankOptions {
 /// Rank-based reward (LEAP, DESIGN.md section 4), one per rollout of the group.
 /// Pairwise tournament: i beats j if k_i < k_j (any success beats failure; failures tie with
 /// each other). If k_i == k_j and BOTH succeeded, `opts.keys` decide in order, the first key that
-/// is not a tie deciding: "speedup" (higher best_speedup() wins unless
+/// is not a tie deciding: "speedup" (higher first_success_speedup() wins unless
 /// |a-b| <= speedup_tie_margin * max(a,b); a NaN on either side, i.e. timing unknown, is a tie),
 /// "tokens" (fewer completion_tokens wins unless |a-b| <= tokens_tie_margin). Failures are never
 /// compared on later keys, so a failure never gets a positive reward.

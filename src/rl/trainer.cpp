@@ -359,6 +359,9 @@ void load_model(Run& r) {
   const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
                                               r.model->config().model_type_name, *r.tok);
   r.policy = std::make_unique<LocalPolicy>(r.model, *r.tok, fmt);
+  // Rollouts in the update's compute dtype: bf16 (autocast, bf16 KV cache) over the fp32 master
+  // weights on a GPU, unless model.dtype is fp32.
+  if (r.device.is_cuda() && exp.model.dtype != "fp32") r.policy->set_compute_dtype(torch::kBFloat16);
   r.optimizer = std::make_unique<torch::optim::AdamW>(
       r.params, torch::optim::AdamWOptions(exp.optim.lr)
                     .betas({exp.optim.beta1, exp.optim.beta2})
