@@ -272,7 +272,7 @@ class Problem:
     """The problem's module, model and inputs at one set of symbol values, on `device` ("cpu" or
     "meta"); weights follow torch.manual_seed(seed) (or `weight_rules` when given)."""
 
-    def __init__(self, path, src, overrides, seed, device="cpu", record=False):
+    def __init__(self, path, src, overrides, seed, device="cpu", record=False, inputs=True):
         self.mod = load_module(path, src, overrides)
         self.ints = module_ints(self.mod)
         self.device = device
@@ -281,6 +281,11 @@ class Problem:
             init = list(self.mod.get_init_inputs())
             self.model = self.mod.Model(*init)
         self.batch_norms = prepare_model(self.model)
+        state = dict(self.model.named_parameters())
+        state.update(dict(self.model.named_buffers()))
+        self.state = {k: v.detach() for k, v in state.items()}
+        if not inputs:
+            return
         torch.manual_seed(seed)
         self.rec = Recorder() if record else None
         with torch.device(device):
@@ -309,9 +314,6 @@ class Problem:
                 self.constants.append((n, v, "float32"))
             else:
                 raise Skip(f"input '{n}' is a {type(v).__name__}, neither a tensor nor a number")
-        state = dict(self.model.named_parameters())
-        state.update(dict(self.model.named_buffers()))
-        self.state = {k: v.detach() for k, v in state.items()}
         self.tensors = [self.raw_inputs[i] for i in self.tensor_idx]
 
     def call(self, tensors, weights):
@@ -429,11 +431,12 @@ def halve(v):
     return h if h % 2 == 1 else h + 1
 
 
-def shrink_search(path, src, base, full_a, seed, fits, frozen=(), literals=()):
+def shrink_search(path, src, base, full_a, seed, fits, frozen=(), literals=(), best_effort=False):
     """Smaller values of the base size symbols until `fits(analysis)`: the largest shrinkable
     symbol is halved first; a symbol whose halving breaks the problem (an error, a dimension
     becoming 1, a divisibility the full sizes have between symbols or with a literal of the source)
-    is frozen. Returns (overrides, analysis) or None when nothing fits."""
+    is frozen. Returns (overrides, analysis) or None when nothing fits (with `best_effort`, the
+    smallest values reached instead)."""
     cur = dict(base)
     frozen = set(frozen) | {k for k, v in base.items() if v < 8 or NO_SHRINK.search(k)}
     # symbols of equal value move together (one of them names the dims)
@@ -448,7 +451,7 @@ def shrink_search(path, src, base, full_a, seed, fits, frozen=(), literals=()):
             return cur, a
         movable = sorted((k for k in cur if k not in frozen), key=lambda k: -cur[k])
         if not movable:
-            return None
+            return (cur, a) if best_effort and a is not None else None
         k = movable[0]
         v = halve(cur[k])
         if v < 4 or v == cur[k]:
@@ -490,31 +493,31 @@ def dim_expr(s, m, c, form):
     return f"{s} * {m}{cs}" if m > 1 else (f"{s}{cs}" if c else s)  # s * m + c: transposed convs, upsampling
 
 
-def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbol_of, literals):
+def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbol_of, literals, extra=None):
     """A literal dim of `exprs` that changes with the size symbols gets an expression over one
-    symbol, `(s + c) / m + 1` or `s * m + c` (|c| <= 64, m <= 8), fitted on the meta analyses at
-    KernelBench's sizes and at two scaled-down sets (all shrinkable symbols halved, then quartered),
-    simplest first. Fits are checked again at the sizes actually used (eval_shapes)."""
+    symbol, `(s + c) / m + 1` or `s * m + c` (|c| <= 64, m <= 32), fitted on the meta analyses at
+    KernelBench's sizes and at scaled-down sets (shrinkable symbols quartered, halved, halved plus
+    1, 3, 5, 7; the traced sizes), simplest first. Fits are checked again at the sizes actually used (eval_shapes)."""
     if not any(d.isdigit() and int(d) >= 2 for e in exprs for d in e):
         return
     points = []
-    for times in (1, 2):
-        over = {}
-        for k, v in base.items():
-            x = v
-            if v >= 8 and not NO_SHRINK.search(k):
-                for _ in range(times):
-                    x = halve(x) if halve(x) >= 4 else x
-            over[k] = x
+    shrinkable = [k for k, v in base.items() if v >= 8 and not NO_SHRINK.search(k)]
+    # halved, quartered, and halved plus small odd offsets (other residues, so a floor division's
+    # offset is pinned down), plus the sizes the problem is traced at
+    overs = [{k: (v // 4 if k in shrinkable and v // 4 >= 4 else v) for k, v in base.items()}]
+    for off in (0, 1, 3, 5, 7):
+        overs.append({k: (v // 2 + off if k in shrinkable else v) for k, v in base.items()})
+    if extra is not None:
+        overs.append(extra)
+    for over in overs:
         if over == base:
-            break
+            continue
         try:
             points.append(analyze(path, src, over, seed))
         except Exception:
-            break
+            continue
     if not points:
         return
-
     def shapes_of(a):
         return list(a["inputs"]) + [a["weights"][k] for k in keys if k in a["weights"]] + list(a["outputs"])
     all_shapes = [shapes_of(a) for a in points]
@@ -522,6 +525,27 @@ def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbo
         return
     syms = [n for v, n in symbol_of.items()]
     ints = [full_a["ints"]] + [a["ints"] for a in points]
+    half = {k: (v // 2 if k in shrinkable else v) for k, v in base.items()}
+    cache = {}
+
+    def probe(sname, r):
+        """Analysis with the shrinkable symbols halved and `sname` at half + r (other residues)."""
+        over = dict(half)
+        for k in base:  # symbols of equal value move together
+            if base[k] == base[sname]:
+                over[k] = base[sname] // 2 + r
+        key = tuple(sorted(over.items()))
+        if key not in cache:
+            try:
+                a = analyze(path, src, over, seed)
+                cache[key] = (a["ints"], shapes_of(a))
+            except Exception:
+                cache[key] = None
+        return cache[key]
+
+    def holds(form, m, c, x, v):
+        return (x + c >= 0 and (x + c) // m + 1 == v) if form == "pool" else x * m + c == v
+
     for i, e in enumerate(exprs):
         for j, d in enumerate(e):
             if not d.isdigit():
@@ -529,22 +553,31 @@ def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbo
             vals = [int(d)] + [sh[i][j] for sh in all_shapes]
             if len(set(vals)) == 1:
                 continue
-            best = None
+            cands = []
             for sname in syms:
                 xs = [p.get(sname) for p in ints]
                 if None in xs or len(set(xs)) == 1:
                     continue
-                for m in range(1, 9):
+                for m in range(1, 33):
                     for c in range(-64, 65):
-                        cost = abs(c) + 4 * (m - 1)
-                        if best is not None and cost >= best[0]:
-                            continue
-                        if all(x + c >= 0 and (x + c) // m + 1 == v for x, v in zip(xs, vals)):
-                            best = (cost, dim_expr(sname, m, c, "pool"))
-                        elif all(x * m + c == v for x, v in zip(xs, vals)):
-                            best = (cost, dim_expr(sname, m, c, "mul"))
-            if best is not None:
-                e[j] = best[1]
+                        for form in ("pool", "mul"):
+                            if (form == "mul" or m > 1) and all(holds(form, m, c, x, v) for x, v in zip(xs, vals)):
+                                cands.append((abs(c) + 4 * (m - 1), form, sname, m, c))
+            # several offsets fit these points (a floor division): more residues of the symbol decide
+            for sname in {cd[2] for cd in cands} if len(cands) > 1 else ():
+                if sname not in base:
+                    continue
+                for r in range(1, 33):
+                    if len(cands) <= 1:
+                        break
+                    got = probe(sname, r)
+                    if got is None or len(got[1]) != len(F_shapes) or len(got[1][i]) != len(e):
+                        continue
+                    pi, v = got[0], got[1][i][j]
+                    cands = [cd for cd in cands if cd[2] not in pi or holds(cd[1], cd[3], cd[4], pi[cd[2]], v)]
+            if cands:
+                cost, form, sname, m, c = min(cands)
+                e[j] = dim_expr(sname, m, c, form)
 
 
 # ---- fixed values: generated from a seed where a distribution reproduces them -------------------
@@ -566,6 +599,8 @@ def weight_rule(w):
     lo, hi = float(x.min()), float(x.max())
     if lo == hi:
         return ("normal", lo, 0.0)
+    if bool((x == x.round()).all()):  # integer-valued (masks, arange, identities): structure, kept
+        return ("file",)
     if x.numel() < 256:
         return ("file",)
     if x.numel() > 1 << 20:
@@ -648,8 +683,8 @@ def convert(level, pid, path, out_dir, o):
         return need_bytes(a) <= 0.6 * budget and (o.timeout <= 0 or runs * est_seconds(a) <= 0.15 * o.timeout)
 
     def fits_scaled(a):  # once scaled, small enough to be quick
-        return need_bytes(a) <= min(0.6 * budget, BASE_BYTES + 1 * GIB) and \
-            (o.timeout <= 0 or runs * est_seconds(a) <= 0.02 * o.timeout)
+        return need_bytes(a) <= min(0.6 * budget, BASE_BYTES + 0.25 * GIB) and \
+            (o.timeout <= 0 or runs * est_seconds(a) <= 0.01 * o.timeout)
 
     trace_over = None
     if full_a is not None:
@@ -679,9 +714,17 @@ def convert(level, pid, path, out_dir, o):
         info["batch_norm"] = T.batch_norms
 
     # 3. Fixed values: a seeded distribution where one fits, else a file (then at full size only).
+    # (judged on KernelBench's values when only the inputs were too large: small scaled weights
+    # would not pass the fit)
+    W = T
+    if trace_over is not None and full_a is not None and full_a["w_bytes"] <= 0.2 * budget:
+        try:
+            W = Problem(path, src, None, seed, inputs=False)
+        except Exception:
+            W = T
     rules, wseed = {}, {}
     for j, (k, v) in enumerate(T.state.items()):
-        rules[k] = weight_rule(v)
+        rules[k] = weight_rule(W.state.get(k, v))
         wseed[k] = (seed * 1000003 + pid * 1009 + j * 7919 + 1) % (1 << 31)
 
     def weights_for(P):
@@ -791,7 +834,7 @@ def convert(level, pid, path, out_dir, o):
         F_shapes = [tuple(t.shape) for t in tensors] + [tuple(state[k].shape) for k in keys] + [tuple(x.shape) for x in ref_out]
     exprs = [[symbol_of.get(int(d), str(int(d))) for d in s] for s in F_shapes]
     if full_a is not None:
-        fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbol_of, literals)
+        fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbol_of, literals, trace_over)
     used_symbols = {}
     for e in exprs:
         for d in e:
@@ -834,7 +877,7 @@ def convert(level, pid, path, out_dir, o):
                 break
             base_now = {k: start_over.get(k, v) for k, v in base.items()}
             found = shrink_search(path, src, base_now, start_a, seed, lambda a: est_seconds(a) <= limit_est,
-                                  frozen=frozen, literals=literals) if start_a is not None else None
+                                  frozen=frozen, literals=literals, best_effort=True) if start_a is not None else None
             if found is None:
                 cpu_note = "no smaller sizes keep every dimension's role"
                 break
@@ -868,7 +911,7 @@ def convert(level, pid, path, out_dir, o):
             if not close(got, eager) or eval_shapes(Cp.ints) != actual_shapes(Cp, got):
                 cpu_note = "the trace bakes in its sizes (it disagrees with forward at other sizes" + warn + ")"
                 break
-            if dt > target_s and attempt < 3:
+            if dt > target_s and attempt < 3 and est_seconds(found[1]) <= limit_est:
                 limit_est = limit_est * target_s / dt / 2
                 continue
             cpu_over, C, c_out, cpu_ms = over, Cp, got, dt * 1000
@@ -1214,19 +1257,15 @@ def folder_bytes(d):
 
 
 def default_memory_gb():
-    """Half the machine's memory, at most three quarters of what is available now."""
-    total = avail = None
+    """Half the machine's memory (MemTotal, not what is free now: the same command gets the same
+    budget, so a rerun keeps its skips)."""
     try:
         for line in open("/proc/meminfo"):
             if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) * 1024
-            elif line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
+                return round(max(1.0, 0.5 * int(line.split()[1]) * 1024 / GIB), 1)
     except OSError:
         pass
-    if not total:
-        return 8.0
-    return round(max(1.0, min(0.5 * total, 0.75 * (avail or total)) / GIB), 1)
+    return 8.0
 
 
 def main():
