@@ -658,8 +658,27 @@ def fresh_like(t, g, scale=1.0):
     return (torch.randn(t.shape, generator=g, dtype=torch.float32) * scale).to(t.dtype)
 
 
+class _Rescale(Exception):
+    """The first run at the checking sizes was much slower than estimated: start again with the
+    estimates multiplied by `factor`."""
+
+    def __init__(self, factor):
+        super().__init__(factor)
+        self.factor = factor
+
+
 def convert(level, pid, path, out_dir, o):
     """Writes one task folder; returns (task, info). Raises Skip with the reason."""
+    try:
+        return convert_at(level, pid, path, out_dir, o, 1.0)
+    except _Rescale as r:
+        task, info = convert_at(level, pid, path, out_dir, o, r.factor)
+        info["slow_factor"] = round(r.factor, 1)
+        return task, info
+
+
+def convert_at(level, pid, path, out_dir, o, factor):
+    """convert() with the time estimates multiplied by `factor`."""
     if level == 4:
         raise Skip("level 4 problems need Hugging Face model downloads (out of scope)")
     src = open(path, encoding="utf-8").read()
@@ -680,11 +699,11 @@ def convert(level, pid, path, out_dir, o):
     runs = 8  # forward calls of the checks below at those sizes
 
     def fits_budget(a):
-        return need_bytes(a) <= 0.6 * budget and (o.timeout <= 0 or runs * est_seconds(a) <= 0.15 * o.timeout)
+        return need_bytes(a) <= 0.6 * budget and (o.timeout <= 0 or runs * factor * est_seconds(a) <= 0.15 * o.timeout)
 
     def fits_scaled(a):  # once scaled, small enough to be quick
         return need_bytes(a) <= min(0.6 * budget, BASE_BYTES + 0.25 * GIB) and \
-            (o.timeout <= 0 or runs * est_seconds(a) <= 0.01 * o.timeout)
+            (o.timeout <= 0 or runs * factor * est_seconds(a) <= 0.01 * o.timeout)
 
     trace_over = None
     if full_a is not None:
@@ -738,7 +757,13 @@ def convert(level, pid, path, out_dir, o):
     tensors = T.tensors
     with torch.no_grad():
         torch.manual_seed(seed + 1)
+        t0 = time.perf_counter()
         out1 = flat_outputs(T.call([t.clone() for t in tensors], dict(state)))
+        dt1 = time.perf_counter() - t0
+        if o.timeout > 0 and factor == 1.0 and runs * dt1 > 0.3 * o.timeout:
+            a_T = full_a if trace_over is None else analyze(path, src, trace_over, seed) if full_a is not None else None
+            if a_T is not None and est_seconds(a_T) > 0:
+                raise _Rescale(max(2.0, dt1 / est_seconds(a_T)))
         torch.manual_seed(seed + 2)
         out2 = flat_outputs(T.call([t.clone() for t in tensors], {k: v.clone() for k, v in state.items()}))
         if not same(out1, out2):
@@ -869,7 +894,7 @@ def convert(level, pid, path, out_dir, o):
     ref_a = full_a
     start_a = full_a if trace_over is None else analyze(path, src, trace_over, seed)
     start_over = dict(base) if trace_over is None else dict(trace_over)
-    limit_est = target_s / 5
+    limit_est = target_s / 5 / factor
     torch.set_num_threads(1)
     try:
         for attempt in range(4):
@@ -1364,7 +1389,7 @@ def main():
             n_done += 1
             skipped.pop(rel, None)
             inf = res["info"]
-            extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "seconds", "peak_rss") and v is not None)
+            extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "slow_factor", "seconds", "peak_rss") and v is not None)
             print(f"ok    {rel} -> {res['ok']} ({extra})", flush=True)
         else:
             if os.path.isdir(tdir):  # an older import (another source, version or --force): stale now
