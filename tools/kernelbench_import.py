@@ -601,7 +601,7 @@ def weight_rule(w):
         return ("normal", lo, 0.0)
     if bool((x == x.round()).all()):  # integer-valued (masks, arange, identities): structure, kept
         return ("file",)
-    if x.numel() < 256:
+    if x.numel() < 16:
         return ("file",)
     if x.numel() > 1 << 20:
         x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(0))[:1 << 20]]
@@ -710,8 +710,9 @@ def convert_at(level, pid, path, out_dir, o, factor):
         if not fits_budget(full_a):
             vals = {d for sh in dims_of(full_a) for d in sh}
             derived = any(v in vals for k, v in full_a["ints"].items() if k not in base)
-            found = shrink_search(path, src, base, full_a, seed, fits_scaled, literals=literals,
-                                  frozen={k for k, v in base.items() if v not in vals and not derived})
+            fz = {k for k, v in base.items() if v not in vals and not derived}
+            found = shrink_search(path, src, base, full_a, seed, fits_scaled, literals=literals, frozen=fz) or \
+                shrink_search(path, src, base, full_a, seed, fits_budget, literals=literals, frozen=fz)
             if found is None:
                 raise Skip(f"needs about {gib(need_bytes(full_a))} at KernelBench's sizes, over the "
                            f"{o.memory_gb:g} GiB budget, and no smaller values of its size symbols fit")
