@@ -151,14 +151,27 @@ def const_value(node):
         return None
 
 
+def _size_targets(node):
+    """[(symbol, value)] a module-level assignment defines: `a = b = 128` gives a and b; a tuple of
+    int literals `shape = (32768, 64)` gives shape_0 and shape_1."""
+    if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
+        return []
+    v = const_value(node.value)
+    if v is not None:
+        return [(t.id, v) for t in node.targets] if v > 1 else []
+    if isinstance(node.value, ast.Tuple) and len(node.targets) == 1:
+        vals = [const_value(e) for e in node.value.elts]
+        if vals and all(x is not None for x in vals):
+            return [(f"{node.targets[0].id}_{i}", x) for i, x in enumerate(vals) if x > 1]
+    return []
+
+
 def base_symbols(src):
-    """Module-level `name = <int expression of literals>` assignments: {name: value} (value > 1)."""
+    """Module-level int assignments of literals ({name: value}, value > 1; see _size_targets)."""
     out = {}
     for node in ast.parse(src).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            v = const_value(node.value)
-            if v is not None and v > 1:
-                out[node.targets[0].id] = v
+        for k, v in _size_targets(node):
+            out[k] = v
     return out
 
 
@@ -183,9 +196,17 @@ def load_module(path, src, overrides=None):
     tree = ast.parse(src)
     if overrides:
         for node in tree.body:
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                    and node.targets[0].id in overrides):
-                node.value = ast.copy_location(ast.Constant(overrides[node.targets[0].id]), node.value)
+            if not _size_targets(node):
+                continue
+            if isinstance(node.value, ast.Tuple):
+                name = node.targets[0].id
+                for i, e in enumerate(node.value.elts):
+                    if f"{name}_{i}" in overrides:
+                        node.value.elts[i] = ast.copy_location(ast.Constant(overrides[f"{name}_{i}"]), e)
+            else:
+                for t in node.targets:
+                    if t.id in overrides:
+                        node.value = ast.copy_location(ast.Constant(overrides[t.id]), node.value)
     mod = types.ModuleType("kb_problem")
     mod.__file__ = path
     try:
@@ -199,8 +220,18 @@ def load_module(path, src, overrides=None):
 
 
 def module_ints(mod):
-    return {k: v for k, v in vars(mod).items()
-            if not k.startswith("_") and type(v) is int and v > 1 and re.fullmatch(r"[A-Za-z_]\w*", k)}
+    """The module's int globals (> 1), and the int elements of its tuple globals as <name>_<i>."""
+    out = {}
+    for k, v in vars(mod).items():
+        if k.startswith("_") or not re.fullmatch(r"[A-Za-z_]\w*", k):
+            continue
+        if type(v) is int and v > 1:
+            out[k] = v
+        elif isinstance(v, tuple) and v and all(type(x) is int for x in v):
+            for i, x in enumerate(v):
+                if x > 1 and f"{k}_{i}" not in vars(mod):
+                    out[f"{k}_{i}"] = x
+    return out
 
 
 class Recorder:
@@ -849,9 +880,13 @@ def convert_at(level, pid, path, out_dir, o, factor):
     all_tensor_names = {T.names[i] for i in T.tensor_idx} | set(wnames[k] for k in keys) | set(out_names)
     # a value several symbols share is named by the first when all of them are literal sizes (they are
     # scaled together)
-    symbol_of = {v: ks[0] for v, ks in by_value.items()
-                 if (len(ks) == 1 or all(k in base for k in ks))
-                 and not any(k in all_tensor_names or k in const_names for k in ks)}
+    symbol_of = {}
+    for v, ks in by_value.items():
+        if any(k in all_tensor_names or k in const_names for k in ks):
+            continue
+        named = [k for k in ks if k in base] or (ks if len(ks) == 1 else [])
+        if named:
+            symbol_of[v] = named[0]
     if full_a is not None:
         F_shapes = list(full_a["inputs"]) + [full_a["weights"][k] for k in keys] + list(full_a["outputs"])
     else:
