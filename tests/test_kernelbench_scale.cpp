@@ -126,7 +126,7 @@ TEST_CASE("kernelbench import: after a kill of the importer, the same command ke
   // In its own process group, killed (SIGKILL, all of it) while problem 2 runs.
   const std::string script = "setsid " + cmd + " --timeout 100 > " + (tmp.path / "log").string() +
                              " 2>&1 & pid=$!; i=0; while [ ! -f " + (out / "001_relu" / "task.yaml").string() +
-                             " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; sleep 1; kill -9 -- -$pid; wait";
+                             " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; sleep 1; /bin/kill -KILL -- -$pid; wait";
   REQUIRE(std::system(("sh -c '" + script + "'").c_str()) == 0);
   CAPTURE(leap::test::read_file((tmp.path / "log").string()));
   REQUIRE(fs::exists(out / "001_relu" / "task.yaml"));

@@ -745,8 +745,9 @@ def convert_at(level, pid, path, out_dir, o, factor):
             found = shrink_search(path, src, base, full_a, seed, fits_scaled, literals=literals, frozen=fz) or \
                 shrink_search(path, src, base, full_a, seed, fits_budget, literals=literals, frozen=fz)
             if found is None:
-                raise Skip(f"needs about {gib(need_bytes(full_a))} at KernelBench's sizes, over the "
-                           f"{o.memory_gb:g} GiB budget, and no smaller values of its size symbols fit")
+                raise Skip(f"needs about {gib(need_bytes(full_a))} and {runs * factor * est_seconds(full_a):.0f} s "
+                           f"(estimated) at KernelBench's sizes, over 60% of the {o.memory_gb:g} GiB budget or 15% "
+                           f"of the {o.timeout:g} s timeout, and no smaller values of its size symbols fit")
             trace_over = found[0]
     else:  # no meta run: judge by the inputs and weights alone (those run on meta in nearly all problems)
         try:
