@@ -1383,6 +1383,12 @@ def main():
     old_skips = {} if o.force else read_skipped(skipped_path)
     settings = f"m{o.memory_gb:g}-t{o.timeout:g}-c{o.cpu_ms:g}"
     skipped = {}  # rel -> (level, pid, key, reason)
+    in_run = {os.path.relpath(path, o.kb_dir) for _, _, path in problems}
+    for line in ([] if o.force else open(skipped_path, encoding="utf-8") if os.path.exists(skipped_path) else []):
+        m = re.search(r'file: "([^"]*)", level: (\w+), problem_id: (\d+)', line)
+        if m and m.group(1) not in in_run and m.group(1) in old_skips:  # other levels' skips stay listed
+            lv = None if m.group(2) == "null" else int(m.group(2))
+            skipped[m.group(1)] = (lv, int(m.group(3)), *old_skips[m.group(1)])
     set_yaml = os.path.join(o.out, "set.yaml")
     write_atomic(set_yaml, "name: kernelbench\ndescription: " +
                  yaml_str(f"KernelBench problems imported from {os.path.abspath(o.kb_dir)}") + "\n")
