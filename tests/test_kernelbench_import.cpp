@@ -3,6 +3,7 @@
 // and the task format's fixed-value inputs (`init: {file: ...}`) that the import relies on.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -64,9 +65,11 @@ TEST_CASE("kernelbench import: every sample problem is converted or listed with 
     CAPTURE(f);
     CHECK(imported != contains(skipped, f));  // exactly one of the two
   }
-  CHECK(set.tasks.size() + 1 == problems);
-  CHECK(contains(skipped, "7_BatchNormTrainMode.py"));
-  CHECK(contains(skipped, "batch norm in training mode"));
+  CHECK(set.tasks.size() == problems);  // training-mode batch norm included (batch statistics)
+  const auto* bn = set.find("007_batch_norm_train_mode");
+  REQUIRE(bn);
+  CHECK(contains(bn->source.at("batch_norm"), "batch statistics"));
+  CHECK(bn->inputs.size() == 3);  // x, bn_weight, bn_bias: the running statistics are not read
 
   const auto* ce = set.find("003_cross_entropy_targets");
   REQUIRE(ce);
@@ -83,11 +86,14 @@ TEST_CASE("kernelbench import: every sample problem is converted or listed with 
 
   const auto* lin = set.find("004_linear_gelu_scale");
   REQUIRE(lin);
-  // x, then the parameters as fixed-value inputs: 512 * 1024 float32 weights = 2 MiB.
+  // x, then the parameters as fixed-value inputs: nn.Linear's uniform(-1/sqrt(512), 1/sqrt(512))
+  // weights as a seed and that distribution, not a 2 MiB file.
   const auto* w = input(*lin, "linear_weight");
   REQUIRE(w);
-  CHECK(w->init.kind == leap::tasks::InitSpec::Kind::file);
-  CHECK(fs::file_size(w->init.file) == 512u * 1024u * 4u);
+  CHECK(w->init.kind == leap::tasks::InitSpec::Kind::uniform);
+  REQUIRE(w->init.seed.has_value());
+  CHECK(std::abs(std::stod(w->init.b) - 1.0 / std::sqrt(512.0)) < 1e-3);
+  CHECK(std::stod(w->init.a) == -std::stod(w->init.b));
   CHECK(w->shape == std::vector<std::string>{"out_features", "in_features"});
   CHECK(input(*lin, "linear_bias"));
   CHECK(input(*lin, "scale"));
@@ -105,7 +111,7 @@ TEST_CASE("kernelbench import: every sample problem is converted or listed with 
   auto v = run_leap("tasks validate " + out.string());
   CAPTURE(v.out);
   CHECK(v.rc == 0);
-  CHECK(contains(v.out, "8 tasks: 0 with problems, 0 weak"));
+  CHECK(contains(v.out, "9 tasks: 0 with problems, 0 weak"));
 }
 
 TEST_CASE("task format: fixed-value inputs are read from their file, the same on every seed") {

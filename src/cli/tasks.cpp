@@ -15,6 +15,7 @@
 #include "env/errors.hpp"
 #include "env/extract.hpp"
 #include "env/launch_plan.hpp"
+#include "env/reference.hpp"
 #include "cli/python.hpp"
 #include "env/validate.hpp"
 #include "tasks/task_spec.hpp"
@@ -69,6 +70,7 @@ int tasks_show(const std::string& task, const std::string& dir) {
       init += " " + i.init.file;
     else if (i.init.kind != tasks::InitSpec::Kind::none)
       init += "(" + i.init.a + ", " + i.init.b + ")";
+    if (i.init.seed) init += " seed " + std::to_string(*i.init.seed);
     if (i.init.strict) init += " strict";
     std::printf("  %-12s %-8s %-20s init %s\n", i.name.c_str(), i.dtype.c_str(), shape_text(i.shape).c_str(), init.c_str());
   }
@@ -221,8 +223,48 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
   return problems ? 1 : 0;
 }
 
+/// Compares the fixed values LibTorch draws for `init: {..., seed: N}` inputs with the values the
+/// import tool used (<task>/weights/.check/<input>.bin, at the cpu sizes), byte for byte, and
+/// removes those files when they agree. Throws leap::Error naming every input that differs.
+void check_seeded_weights(const tasks::TaskSet& set) {
+  std::vector<std::string> bad;
+  int checked = 0;
+  for (const auto& spec : set.tasks) {
+    const fs::path cdir = fs::path(spec.dir) / "weights" / ".check";
+    if (!fs::is_directory(cdir)) continue;
+    env::RuntimeTask rt(spec, "cpu");
+    const std::vector<torch::Tensor> ins = env::make_inputs(rt, 0, 0);
+    bool ok = true;
+    for (size_t i = 0; i < spec.inputs.size(); ++i) {
+      if (!spec.inputs[i].init.seed) continue;
+      const fs::path f = cdir / (spec.inputs[i].name + ".bin");
+      const torch::Tensor t = ins[i].contiguous();
+      const std::string got(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+      if (!fs::exists(f) || slurp(f) != got) {
+        ok = false;
+        bad.push_back(spec.name + "." + spec.inputs[i].name);
+      }
+      ++checked;
+    }
+    if (ok) fs::remove_all(cdir);
+  }
+  if (!bad.empty())
+    throw Error("leap tasks import: LibTorch's generator does not reproduce the fixed values the import used for " +
+                std::to_string(bad.size()) + " inputs (first: " + bad.front() +
+                "); this LibTorch differs from the Python torch the import ran with");
+  if (checked) std::printf("%d seeded fixed-value inputs: LibTorch reproduces the import's values exactly\n", checked);
+}
+
+uintmax_t folder_bytes(const fs::path& dir) {
+  uintmax_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) total += e.file_size();
+  return total;
+}
+
 /// `leap tasks import kernelbench`: runs tools/kernelbench_import.py, then loads the result.
-int tasks_import(const std::string& kb_dir, const std::string& out, const std::string& levels, double timeout_s) {
+int tasks_import(const std::string& kb_dir, const std::string& out, const std::string& levels, double timeout_s,
+                 double memory_gb, double cpu_ms, bool force) {
   if (!fs::is_directory(kb_dir)) throw UsageError("leap tasks import: " + kb_dir + " is not a folder");
   for (size_t i = 0, j; i <= levels.size(); i = j + 1) {
     j = levels.find(',', i);
@@ -231,13 +273,16 @@ int tasks_import(const std::string& kb_dir, const std::string& out, const std::s
     if (l.empty() || l.find_first_not_of("0123456789") != std::string::npos)
       throw UsageError("leap tasks import: --levels " + levels + ": expected comma-separated level numbers, e.g. 1,2");
   }
-  const int rc = run_python_tool("kernelbench_import.py",
-                                 {kb_dir, "--out", out, "--levels", levels, "--timeout", fmt::format("{:g}", timeout_s)});
+  std::vector<std::string> args = {kb_dir,        "--out",    out, "--levels", levels, "--timeout", fmt::format("{:g}", timeout_s),
+                                   "--memory-gb", fmt::format("{:g}", memory_gb), "--cpu-ms", fmt::format("{:g}", cpu_ms)};
+  if (force) args.push_back("--force");
+  const int rc = run_python_tool("kernelbench_import.py", args);
   if (rc == 2) throw UsageError("leap tasks import: the import tool rejected its arguments (see above)");
   if (rc != 0) throw Error("leap tasks import: tools/kernelbench_import.py failed with exit status " + std::to_string(rc));
   tasks::TaskSet set = tasks::load_task_set(out);  // the written task.yaml files must load
-  std::printf("task set %s: %zu tasks load; check them with: leap tasks validate %s\n", set.name.c_str(),
-              set.tasks.size(), out.c_str());
+  check_seeded_weights(set);
+  std::printf("task set %s: %zu tasks load, %.1f MB on disk; check them with: leap tasks validate %s\n",
+              set.name.c_str(), set.tasks.size(), static_cast<double>(folder_bytes(out)) / 1e6, out.c_str());
   return 0;
 }
 
@@ -248,7 +293,8 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   cmd->require_subcommand(1);
   struct Opts {
     std::string dir = "tasks/starter", task, kb_dir, out = "tasks/kernelbench", levels = "1,2,3", source, config;
-    double timeout_s = 300;
+    double timeout_s = 300, memory_gb = 0, cpu_ms = 100;
+    bool force = false;
     std::vector<std::string> sets;
     bool time = false;
   };
@@ -271,11 +317,20 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   import->add_option("--timeout", o->timeout_s, "seconds one problem may take (its Model run included); 0 = no limit")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  import->add_option("--memory-gb", o->memory_gb,
+                     "memory budget of one problem's conversion, GiB; larger problems are traced at scaled sizes "
+                     "(0 = half the machine's memory)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  import->add_option("--cpu-ms", o->cpu_ms, "target time of the reference on one core at the cpu sizes (sizes_cpu)")
+      ->check(CLI::Range(1.0, 60000.0))
+      ->capture_default_str();
+  import->add_flag("--force", o->force, "redo problems already imported or skipped from the same source");
   return [o, list, show, validate, import]() -> int {
     if (list->parsed()) return tasks_list(o->dir);
     if (show->parsed()) return tasks_show(o->task, o->dir);
     if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time);
-    return tasks_import(o->kb_dir, o->out, o->levels, o->timeout_s);
+    return tasks_import(o->kb_dir, o->out, o->levels, o->timeout_s, o->memory_gb, o->cpu_ms, o->force);
   };
 }
 

@@ -351,6 +351,16 @@ std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, i
     double a = kind == tasks::InitSpec::Kind::none ? 0.0 : tasks::InitSpec::value(spec.init.a, sizes);
     double b = kind == tasks::InitSpec::Kind::none ? 1.0 : tasks::InitSpec::value(spec.init.b, sizes);
     auto fopts = torch::TensorOptions().dtype(torch::kFloat);
+    if (spec.init.seed) {  // fixed values: their own generator (tools/kernelbench_import.py draws the same)
+      auto fixed = at::detail::createCPUGenerator(*spec.init.seed);
+      torch::Tensor t = torch::empty(shape, fopts);
+      if (kind == tasks::InitSpec::Kind::uniform)
+        t.uniform_(a, b, fixed);
+      else
+        t.normal_(a, b, fixed);
+      out.push_back(t.to(torch_dtype(decl.dtype)).contiguous());
+      continue;
+    }
     torch::Tensor t;
     const torch::ScalarType st = torch_dtype(decl.dtype);
     if (st == torch::kBool) {

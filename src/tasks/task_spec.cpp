@@ -126,7 +126,7 @@ std::map<std::string, int64_t> parse_sizes(const Ctx& c, const YAML::Node& n, co
 InitSpec parse_init(const Ctx& c, const YAML::Node& n, const std::string& key, const std::set<std::string>& symbols,
                     const fs::path& task_dir) {
   InitSpec s;
-  c.check_keys(n, key, {"normal", "uniform", "randint", "file", "strict"});
+  c.check_keys(n, key, {"normal", "uniform", "randint", "file", "strict", "seed"});
   int kinds = 0;
   for (auto it = n.begin(); it != n.end(); ++it) {
     std::string k = it->first.as<std::string>();
@@ -138,6 +138,13 @@ InitSpec parse_init(const Ctx& c, const YAML::Node& n, const std::string& key, c
       if (!fs::is_regular_file(f)) c.fail(it->second, key + ".file", "no such file: " + f.string());
       s.kind = InitSpec::Kind::file;
       s.file = f.string();
+      continue;
+    }
+    if (k == "seed") {
+      const std::string t = it->second.IsScalar() ? it->second.Scalar() : "";
+      if (t.empty() || t.size() > 18 || t.find_first_not_of("0123456789") != std::string::npos)
+        c.fail(it->second, key + ".seed", "expected a non-negative integer");
+      s.seed = std::stoull(t);
       continue;
     }
     if (k == "strict") {
@@ -171,6 +178,13 @@ InitSpec parse_init(const Ctx& c, const YAML::Node& n, const std::string& key, c
   if (kinds != 1)
     c.fail(n, key, "give exactly one distribution: normal {mean, std}, uniform {low, high}, randint {low, high} "
                    "or file (fixed values)");
+  if (s.seed) {
+    if (s.kind != InitSpec::Kind::normal && s.kind != InitSpec::Kind::uniform)
+      c.fail(n, key + ".seed", "a seed (fixed values) needs a normal or uniform distribution");
+    if (!is_number(s.a) || !is_number(s.b))
+      c.fail(n, key + ".seed", "fixed values need numeric distribution parameters, not size symbols");
+    s.strict = true;
+  }
   return s;
 }
 

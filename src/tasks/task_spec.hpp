@@ -21,6 +21,10 @@ struct InitSpec {
   std::string b;           ///< std (normal) or high (uniform, randint; exclusive for randint)
   std::string file;        ///< Kind::file: absolute path of the raw values
   bool strict = false;     ///< keep exactly this distribution (no verifier variants)
+  /// Fixed values drawn from the distribution (normal or uniform) by a LibTorch CPU generator
+  /// seeded with this value (`seed: N`), the same tensor for every seed and for both the reference
+  /// and the candidate (compact weights of imported tasks; implies `strict`).
+  std::optional<uint64_t> seed;
 
   /// Value of parameter text `p` (a number or a size symbol of `sizes`). Throws leap::Error.
   static double value(const std::string& p, const std::map<std::string, int64_t>& sizes);

@@ -1,0 +1,255 @@
+// `leap tasks import kernelbench` at KernelBench's sizes (issue 18): a memory budget (problems too
+// large for it traced at scaled sizes, full-size shapes from the size symbols), cpu sizes, one
+// process per problem (a problem that allocates until killed is a skip), resume after a kill, and
+// the references at the cpu sizes against eager PyTorch (tools/kernelbench_eager.py).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "env/reference.hpp"
+#include "env/task_runtime.hpp"
+#include "support.hpp"
+#include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
+
+namespace fs = std::filesystem;
+using leap::test::run_leap;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string problem(const std::string& init, const std::string& forward, const std::string& globals,
+                    const std::string& inputs, const std::string& init_inputs = "[]", const std::string& head = "") {
+  return "import torch\nimport torch.nn as nn\n" + head + "\nclass Model(nn.Module):\n    def __init__(self" +
+         (init_inputs == "[]" ? std::string("") : ", *a") + "):\n        super().__init__()\n" + init +
+         "\n    def forward(self, x):\n        " + forward + "\n\n" + globals + "\n\ndef get_inputs():\n    return " +
+         inputs + "\n\ndef get_init_inputs():\n    return " + init_inputs + "\n";
+}
+
+const std::string kRelu = problem("", "return torch.relu(x)", "batch = 16\ndim = 64", "[torch.randn(batch, dim)]");
+
+std::string python() {
+  const fs::path venv = fs::path(LEAP_SOURCE_DIR) / ".venv" / "bin" / "python";
+  return fs::exists(venv) ? venv.string() : "python3";
+}
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("kernelbench import: a problem too large for the budget is traced at scaled sizes, its shapes at full size") {
+  leap::test::TempDir tmp;
+  // x: [64, 2^22] float32 = 1 GiB, over a 1.5 GiB budget once cloned; nothing is allocated at that size.
+  tmp.write("kb/1_BigScale.py",
+            problem("        self.w = nn.Parameter(torch.randn(dim) * 0.5)\n", "return torch.tanh(x) * self.w",
+                    "batch = 64\ndim = 4194304", "[torch.randn(batch, dim)]"));
+  tmp.write("kb/2_Relu.py", kRelu);
+  const fs::path out = tmp.path / "out";
+  auto r = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() +
+                    " --memory-gb 1.5 --timeout 120");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "2 problems imported"));
+  CHECK(has(r.out, "traced_at scaled"));
+  auto set = leap::tasks::load_task_set(out.string());
+  const auto* big = set.find("001_big_scale");
+  REQUIRE(big);
+  CHECK(big->sizes == std::vector<std::pair<std::string, int64_t>>{{"batch", 64}, {"dim", 4194304}});
+  REQUIRE(big->inputs.size() == 2);
+  CHECK(big->inputs[0].shape == std::vector<std::string>{"batch", "dim"});
+  CHECK(big->inputs[1].name == "w");
+  CHECK(big->inputs[1].shape == std::vector<std::string>{"dim"});
+  CHECK(big->inputs[1].init.seed.has_value());  // normal(0, 0.5) values: a seed, not a 16 MiB file
+  CHECK(big->inputs[1].init.kind == leap::tasks::InitSpec::Kind::normal);
+  CHECK(std::abs(std::stod(big->inputs[1].init.b) - 0.5) < 0.01);
+  CHECK(big->source.at("traced_at").rfind("scaled", 0) == 0);
+  // Full-size shapes from the symbols (the cuda backend gets `sizes`), a smaller cpu variant.
+  leap::env::RuntimeTask full(*big, "cuda");
+  CHECK(full.input_shapes()[0] == std::vector<int64_t>{64, 4194304});
+  CHECK(full.output_shapes()[0] == std::vector<int64_t>{64, 4194304});
+  leap::env::RuntimeTask cpu(*big, "cpu");
+  const auto& cs = cpu.input_shapes()[0];
+  CHECK(cs[0] >= 2);
+  CHECK(cs[1] >= 2);
+  CHECK(cs[0] * cs[1] < 64 * 4194304 / 64);
+  CHECK(4194304 % cs[1] == 0);  // halved: divisibility kept
+  // The reference (traced at scaled sizes) at the cpu sizes: tanh(x) * w.
+  auto ins = leap::env::make_inputs(cpu, 5, 0);
+  auto outs = cpu.reference().run(cpu, ins);
+  CHECK(torch::allclose(outs[0], torch::tanh(ins[0]) * ins[1], 1e-5, 1e-6));
+  CHECK_FALSE(fs::exists(big->dir + "/weights/.check"));  // LibTorch reproduced the seeded values; checked, removed
+  auto v = run_leap("tasks validate " + out.string());
+  CAPTURE(v.out);
+  CHECK(has(v.out, "2 tasks: 0 with problems, 0 weak"));
+}
+
+TEST_CASE("kernelbench import: a problem that allocates until killed is a skip, the next problem imports") {
+  leap::test::TempDir tmp;
+  tmp.write("kb/1_Hog.py", "hog = []\nwhile True:\n    hog.append(b'x' * (1 << 26))\n" + kRelu);
+  tmp.write("kb/2_Relu.py", kRelu);
+  const fs::path out = tmp.path / "out";
+  auto r = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() +
+                    " --memory-gb 1.5 --timeout 60");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  const std::string skipped = leap::test::read_file((out / "skipped.yaml").string());
+  CAPTURE(skipped);
+  CHECK(has(skipped, "1_Hog.py"));
+  CHECK((has(skipped, "used more than the 1.5 GiB budget") || has(skipped, "MemoryError") ||
+         has(skipped, "out of memory")));
+  auto set = leap::tasks::load_task_set(out.string());
+  REQUIRE(set.tasks.size() == 1);
+  CHECK(set.tasks[0].name == "002_relu");
+  CHECK_FALSE(fs::exists(out / "001_hog"));
+}
+
+TEST_CASE("kernelbench import: after a kill of the importer, the same command keeps what was written and resumes") {
+  leap::test::TempDir tmp;
+  tmp.write("kb/1_Relu.py", kRelu);
+  tmp.write("kb/2_Sleeps.py",
+            problem("", "import time; time.sleep(60); return x", "batch = 16\ndim = 64", "[torch.randn(batch, dim)]"));
+  tmp.write("kb/3_Tanh.py", problem("", "return torch.tanh(x)", "batch = 16\ndim = 64", "[torch.randn(batch, dim)]"));
+  const fs::path out = tmp.path / "out";
+  const std::string cmd = leap::test::leap_binary() + " tasks import kernelbench " + (tmp.path / "kb").string() +
+                          " --out " + out.string();
+  // In its own process group, killed (SIGKILL, all of it) while problem 2 runs.
+  const std::string script = "setsid " + cmd + " --timeout 100 > " + (tmp.path / "log").string() +
+                             " 2>&1 & pid=$!; i=0; while [ ! -f " + (out / "001_relu" / "task.yaml").string() +
+                             " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; sleep 1; /bin/kill -KILL -- -$pid; wait";
+  REQUIRE(std::system(("sh -c '" + script + "'").c_str()) == 0);
+  CAPTURE(leap::test::read_file((tmp.path / "log").string()));
+  REQUIRE(fs::exists(out / "001_relu" / "task.yaml"));
+  CHECK_FALSE(fs::exists(out / "003_tanh"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto written = fs::last_write_time(out / "001_relu" / "task.yaml");
+  auto r = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() + " --timeout 3");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "kept  1_Relu.py -> 001_relu"));
+  CHECK(has(r.out, "1 problems imported, 1 kept from before, 1 skipped"));
+  CHECK(fs::last_write_time(out / "001_relu" / "task.yaml") == written);
+  CHECK(has(leap::test::read_file((out / "skipped.yaml").string()), "took longer than --timeout 3 s"));
+  REQUIRE(fs::exists(out / "003_tanh" / "task.yaml"));
+  // A third run does no work; --force redoes.
+  auto again = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() + " --timeout 3");
+  CAPTURE(again.out);
+  CHECK(has(again.out, "0 problems imported, 2 kept from before, 1 skipped"));
+  CHECK(has(again.out, "kept  2_Sleeps.py: skipped before"));
+  auto forced = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() +
+                         " --timeout 3 --force");
+  CAPTURE(forced.out);
+  CHECK(has(forced.out, "2 problems imported, 0 kept from before, 1 skipped"));
+}
+
+TEST_CASE("kernelbench import: references at the cpu sizes agree with eager PyTorch at the same sizes") {
+  // Problems of the kinds KernelBench has: a matmul, a linear layer, a conv with training-mode batch
+  // norm (batch statistics), a reduction; LEAP_KB_TASKS / LEAP_KB_SRC (an imported set and its
+  // checkout) run the same comparison over a real import (docs/kernelbench.md).
+  leap::test::TempDir tmp;
+  fs::path tasks_dir, kb;
+  const char* env_tasks = std::getenv("LEAP_KB_TASKS");
+  const char* env_src = std::getenv("LEAP_KB_SRC");
+  if (env_tasks && env_src) {
+    tasks_dir = env_tasks;
+    kb = env_src;
+  } else {
+    kb = tmp.path / "kb";
+    tmp.write("kb/1_Matmul.py",
+              "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
+              "        super().__init__()\n    def forward(self, A, B):\n        return torch.matmul(A, B)\n"
+              "M = 1024\nK = 4096\nN = 2048\ndef get_inputs():\n    return [torch.rand(M, K), torch.rand(K, N)]\n"
+              "def get_init_inputs():\n    return []\n");
+    tmp.write("kb/2_LinearGelu.py",
+              problem("        self.fc = nn.Linear(*a)\n", "return torch.nn.functional.gelu(self.fc(x))",
+                      "batch = 256\nin_features = 2048\nout_features = 4096", "[torch.randn(batch, in_features)]",
+                      "[in_features, out_features]"));
+    tmp.write("kb/3_ConvBatchNorm.py",
+              problem("        self.conv = nn.Conv2d(a[0], a[1], 3, padding=1)\n        self.bn = nn.BatchNorm2d(a[1])\n",
+                      "return torch.relu(self.bn(self.conv(x)))",
+                      "batch_size = 32\nin_channels = 16\nout_channels = 64\nheight = 128\nwidth = 96",
+                      "[torch.randn(batch_size, in_channels, height, width)]", "[in_channels, out_channels]"));
+    tmp.write("kb/4_RowLogSumExp.py", problem("", "return torch.logsumexp(x, dim=1)", "batch_size = 4096\ndim = 16384",
+                                              "[torch.randn(batch_size, dim)]"));
+    tasks_dir = tmp.path / "out";
+    auto r = run_leap("tasks import kernelbench " + kb.string() + " --out " + tasks_dir.string() + " --timeout 200");
+    CAPTURE(r.out);
+    CAPTURE(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(has(r.out, "4 problems imported"));
+  }
+  auto set = leap::tasks::load_task_set(tasks_dir.string());
+  std::vector<const leap::tasks::TaskSpec*> sample;
+  const size_t every = std::max<size_t>(1, set.tasks.size() / 40);  // about 40 of a real import
+  for (size_t i = 0; i < set.tasks.size(); i += every) sample.push_back(&set.tasks[i]);
+  std::string cmd = python() + " " + (fs::path(LEAP_SOURCE_DIR) / "tools" / "kernelbench_eager.py").string() + " " +
+                    kb.string() + " " + (tmp.path / "eager").string();
+  for (const auto* t : sample) cmd += " " + t->dir;
+  REQUIRE(std::system((cmd + " > " + (tmp.path / "eager.log").string() + " 2>&1").c_str()) == 0);
+  const std::string log = leap::test::read_file((tmp.path / "eager.log").string());
+  CAPTURE(log);
+  int compared = 0;
+  for (const auto* t : sample) {
+    CAPTURE(t->name);
+    const fs::path d = tmp.path / "eager" / t->name;
+    if (!fs::exists(d / "shapes.txt")) {
+      FAIL_CHECK("no eager outputs for " << t->name);
+      continue;
+    }
+    leap::env::RuntimeTask rt(*t, "cpu");
+    // Fixed values (seeded or files) as leap makes them; the random inputs as get_inputs() made them.
+    std::vector<torch::Tensor> ins = leap::env::make_inputs(rt, 1, 0);
+    for (size_t i = 0; i < t->inputs.size(); ++i) {
+      if (t->inputs[i].init.kind == leap::tasks::InitSpec::Kind::file || t->inputs[i].init.seed) continue;
+      const auto bytes = read_bytes(d / ("in" + std::to_string(i) + ".bin"));
+      REQUIRE(bytes.size() == static_cast<size_t>(ins[i].numel() * ins[i].element_size()));
+      std::memcpy(ins[i].data_ptr(), bytes.data(), bytes.size());
+    }
+    std::vector<torch::Tensor> outs = rt.reference().run(rt, ins);
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const auto bytes = read_bytes(d / ("out" + std::to_string(j) + ".bin"));
+      torch::Tensor got = outs[j].to(outs[j].is_floating_point() ? torch::kDouble : outs[j].scalar_type()).contiguous();
+      REQUIRE(bytes.size() == static_cast<size_t>(got.numel() * got.element_size()));
+      torch::Tensor want = torch::empty_like(got);
+      std::memcpy(want.data_ptr(), bytes.data(), bytes.size());
+      CHECK(torch::allclose(got, want, 1e-4, 1e-4));
+    }
+    ++compared;
+  }
+  CHECK(compared == static_cast<int>(sample.size()));
+  MESSAGE(compared << " references compared with eager PyTorch at the cpu sizes");
+}
+
+TEST_CASE("task format: `seed` gives fixed values drawn by LibTorch's generator, the same on every seed") {
+  leap::test::TempDir tmp;
+  const std::string head = "name: s\nsizes: {N: 64}\ninputs:\n  x: {dtype: float32, shape: [N]}\n";
+  const std::string tail = "outputs:\n  y: {dtype: float32, shape: [N]}\nreference:\n  torchscript: |\n"
+                           "    def reference(x: Tensor, w: Tensor) -> Tensor:\n        return x * w\n";
+  tmp.write("t/task.yaml", head + "  w: {dtype: float32, shape: [N], init: {uniform: {low: -0.5, high: 0.5}, seed: 7}}\n" + tail);
+  auto spec = leap::tasks::load_task((tmp.path / "t").string());
+  REQUIRE(spec.inputs[1].init.seed == 7u);
+  CHECK(spec.inputs[1].init.strict);
+  leap::env::RuntimeTask rt(spec, "cpu");
+  auto a = leap::env::make_inputs(rt, 1, 0), b = leap::env::make_inputs(rt, 2, 3);
+  CHECK(torch::equal(a[1], b[1]));
+  CHECK_FALSE(torch::equal(a[0], b[0]));
+  auto g = at::detail::createCPUGenerator(7);  // what torch.empty(64).uniform_(-0.5, 0.5, generator=Generator().manual_seed(7)) gives
+  CHECK(torch::equal(a[1], torch::empty({64}).uniform_(-0.5, 0.5, g)));
+  CHECK(a[1].min().item<float>() >= -0.5f);
+  CHECK(a[1].max().item<float>() < 0.5f);
+  tmp.write("t/task.yaml", head + "  w: {dtype: float32, shape: [N], init: {randint: {low: 0, high: 4}, seed: 7}}\n" + tail);
+  CHECK_THROWS_WITH(leap::tasks::load_task((tmp.path / "t").string()), doctest::Contains("needs a normal or uniform"));
+  tmp.write("t/task.yaml", head + "  w: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}, seed: -3}}\n" + tail);
+  CHECK_THROWS_WITH(leap::tasks::load_task((tmp.path / "t").string()), doctest::Contains("init.seed: expected a non-negative integer"));
+}
