@@ -166,6 +166,7 @@ struct TrainConfig {
   int64_t mini_batch_size = 8;      ///< turn samples per optimizer micro-batch
   int64_t ppo_epochs = 1;
   int64_t grad_accum = 1;
+  bool share_prompts = true;        ///< run a shared prompt prefix once per micro-batch (issue 19)
   int64_t checkpoint_every = 50;    ///< steps; 0 = only at the end
   int64_t eval_every = 25;          ///< steps; 0 = never
   SftConfig sft;

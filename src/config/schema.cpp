@@ -204,6 +204,9 @@ std::vector<Field> build() {
                 "passes over a step's samples", 1, 1000));
   s.push_back(F("train.grad_accum", FT::Int, member(&E_::train, &TrainConfig::grad_accum),
                 "micro-batches accumulated per optimizer step", 1, 100000));
+  s.push_back(F("train.share_prompts", FT::Bool, member(&E_::train, &TrainConfig::share_prompts),
+                "samples of a micro-batch that share a prompt prefix run it once (exact gradients); "
+                "false = every sample runs its whole context"));
   s.push_back(F("train.checkpoint_every", FT::Int, member(&E_::train, &TrainConfig::checkpoint_every),
                 "checkpoint every N steps; 0 = only at the end", 0, kInf));
   s.push_back(F("train.eval_every", FT::Int, member(&E_::train, &TrainConfig::eval_every),

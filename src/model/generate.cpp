@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "model/stream_decoder.hpp"
 #include "util/error.hpp"
@@ -102,14 +103,40 @@ std::vector<Completion> generate(Transformer& model, const std::vector<std::vect
     at::autocast::set_autocast_enabled(dtype_dev, true);
     at::autocast::set_autocast_dtype(dtype_dev, params.compute_dtype);
   }
-  KVCache cache = model->make_cache(B, total, cast ? params.compute_dtype : c10::ScalarType::Undefined);
+  // Prefill: each distinct prompt once, then every row gets a copy of its prompt's cache rows.
+  std::vector<int64_t> unique_of(B), unique_rows;
+  {
+    std::map<std::vector<int64_t>, int64_t> seen;
+    for (int64_t b = 0; b < B; ++b) {
+      auto [it, fresh] = seen.emplace(params.share_prefill ? prompts[b] : std::vector<int64_t>{b}, 0);
+      if (fresh) {
+        it->second = static_cast<int64_t>(unique_rows.size());
+        unique_rows.push_back(b);
+      }
+      unique_of[b] = it->second;
+    }
+  }
+  const int64_t U = static_cast<int64_t>(unique_rows.size());
+  const bool shared = U < B;
   torch::Tensor key_mask;
   if (padded) {
     key_mask = torch::ones({B, total}, torch::TensorOptions().dtype(torch::kBool).device(dev));
     key_mask.narrow(1, 0, P).copy_(am.to(torch::kBool));
   }
-  auto hidden = model->forward(ids, positions_from_mask(am), padded ? key_mask.narrow(1, 0, P) : torch::Tensor(), &cache);
-  auto logits = model->logits(hidden.select(1, P - 1)).to(torch::kFloat32);
+  KVCache cache = model->make_cache(U, total, cast ? params.compute_dtype : c10::ScalarType::Undefined);
+  torch::Tensor logits;
+  if (shared) {
+    auto pick = torch::tensor(unique_rows, torch::kInt64).to(dev);
+    auto uam = am.index_select(0, pick);
+    auto hidden = model->forward(ids.index_select(0, pick), positions_from_mask(uam),
+                                 padded ? key_mask.narrow(1, 0, P).index_select(0, pick) : torch::Tensor(), &cache);
+    auto expand = torch::tensor(unique_of, torch::kInt64).to(dev);
+    cache.select_rows(expand);
+    logits = model->logits(hidden.select(1, P - 1)).to(torch::kFloat32).index_select(0, expand);
+  } else {
+    auto hidden = model->forward(ids, positions_from_mask(am), padded ? key_mask.narrow(1, 0, P) : torch::Tensor(), &cache);
+    logits = model->logits(hidden.select(1, P - 1)).to(torch::kFloat32);
+  }
 
   auto gen = at::globalContext().defaultGenerator(dev).clone();
   gen.set_current_seed(params.seed);
@@ -172,7 +199,7 @@ std::vector<Completion> generate(Transformer& model, const std::vector<std::vect
     auto pos = torch::tensor(next_pos, torch::kInt64).to(dev).unsqueeze(1);
     for (auto& p : next_pos) ++p;
     const int64_t S = cache.length + 1;
-    hidden = model->forward(next.unsqueeze(1), pos, padded ? key_mask.narrow(1, 0, S) : torch::Tensor(), &cache);
+    auto hidden = model->forward(next.unsqueeze(1), pos, padded ? key_mask.narrow(1, 0, S) : torch::Tensor(), &cache);
     logits = model->logits(hidden.select(1, 0)).to(torch::kFloat32);
   }
   if (tok)

@@ -23,6 +23,10 @@ struct SamplingParams {
   /// KV cache, e.g. kBFloat16 for fp32 master weights on a GPU: decode reads half the bytes and
   /// attention can use fused kernels. Undefined (default): the weights' dtype, no autocast.
   c10::ScalarType compute_dtype = c10::ScalarType::Undefined;
+  /// Identical prompts (a GRPO group's samples) are prefilled once and their rows decode from
+  /// copies of that cache (issue 19); the output is the same as without. false: every row is
+  /// prefilled on its own.
+  bool share_prefill = true;
 };
 
 /// Why a sequence stopped.

@@ -111,9 +111,28 @@ void KVCache::select_rows(const torch::Tensor& rows) {
   for (auto& t : v) t = t.index_select(0, rows);
 }
 
+PrefixKV PrefixKV::select_rows(const torch::Tensor& rows) const {
+  PrefixKV out;
+  for (const auto& t : k) out.k.push_back(t.index_select(0, rows));
+  for (const auto& t : v) out.v.push_back(t.index_select(0, rows));
+  return out;
+}
+
 // ---- Attention / MLP / Layer ---------------------------------------------------------------
 
 namespace {
+
+// What one layer's attention reads and writes besides its input: the cache slots (kc/vc, keys
+// written at `past`), or a prefix's keys/values [B, Hkv, Lp, D] to attend to before the new
+// ones, and where to hand this call's keys/values (out_k/out_v) for a later call's prefix.
+struct LayerKV {
+  torch::Tensor* kc = nullptr;
+  torch::Tensor* vc = nullptr;
+  int64_t past = 0;
+  torch::Tensor prefix_k, prefix_v;
+  torch::Tensor* out_k = nullptr;
+  torch::Tensor* out_v = nullptr;
+};
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -130,8 +149,12 @@ class AttentionImpl : public torch::nn::Module {
   }
 
   // cos/sin [B, 1, T, D] in x's dtype; mask [B, 1, T, S] bool or undefined (then causal if T>1).
+  // `kv` carries the cache slots or a prefix's keys/values and where to put this call's keys.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, torch::Tensor* kc, torch::Tensor* vc, int64_t past) {
+                        const torch::Tensor& mask, const LayerKV& kv) {
+    torch::Tensor* kc = kv.kc;
+    torch::Tensor* vc = kv.vc;
+    const int64_t past = kv.past;
     const int64_t B = x.size(0), T = x.size(1);
     auto q = q_proj(x).view({B, T, heads, head_dim});
     auto k = k_proj(x).view({B, T, kv_heads, head_dim});
@@ -144,6 +167,14 @@ class AttentionImpl : public torch::nn::Module {
     k = k.transpose(1, 2);
     q = q * cos + rotate_half(q) * sin;
     k = k * cos + rotate_half(k) * sin;
+    if (kv.out_k != nullptr) {
+      *kv.out_k = k;
+      *kv.out_v = v;
+    }
+    if (kv.prefix_k.defined()) {
+      k = torch::cat({kv.prefix_k.to(k.scalar_type()), k}, 2);
+      v = torch::cat({kv.prefix_v.to(v.scalar_type()), v}, 2);
+    }
     if (kc != nullptr) {
       kc->narrow(2, past, T).copy_(k);
       vc->narrow(2, past, T).copy_(v);
@@ -155,7 +186,8 @@ class AttentionImpl : public torch::nn::Module {
     // keys' (the cache's when there is one).
     if (q.scalar_type() != k.scalar_type()) q = q.to(k.scalar_type());
     if (v.scalar_type() != k.scalar_type()) v = v.to(k.scalar_type());
-    const bool causal = !mask.defined() && T > 1 && past == 0;
+    const bool causal = !mask.defined() && T > 1 && past == 0 && !kv.prefix_k.defined();
+    TORCH_CHECK(mask.defined() || !kv.prefix_k.defined() || T == 1, "a prefix needs a key mask");
     auto mk = mask;
     if (!mask.defined() && T > 1 && past > 0) {
       auto qi = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
@@ -196,8 +228,8 @@ class DecoderLayerImpl : public torch::nn::Module {
     post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask, torch::Tensor* kc, torch::Tensor* vc, int64_t past) {
-    auto h = x + self_attn(input_layernorm(x), cos, sin, mask, kc, vc, past);
+                        const torch::Tensor& mask, const LayerKV& kv) {
+    auto h = x + self_attn(input_layernorm(x), cos, sin, mask, kv);
     return h + mlp(post_attention_layernorm(h));
   }
   Attention self_attn{nullptr};
@@ -342,12 +374,19 @@ TransformerImpl::TransformerImpl(const ModelConfig& c) : rotary(c), config_(c) {
 
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                       const torch::Tensor& key_mask, KVCache* cache) {
+                                       const torch::Tensor& key_mask, KVCache* cache, const PrefixKV* prefix,
+                                       PrefixKV* collect) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
-  const int64_t past = cache ? cache->length : 0;
+  if (cache && prefix) throw ModelError("forward: a KV cache and a shared prefix cannot be combined");
+  if (prefix && prefix->k.size() != layers.size())
+    throw ModelError("forward: the prefix has " + std::to_string(prefix->k.size()) + " layers, the model " +
+                     std::to_string(layers.size()));
+  const int64_t past = cache ? cache->length : (prefix && !layers.empty() ? prefix->k[0].size(2) : 0);
   if (cache && past + T > cache->max_len)
     throw ModelError("KV cache holds " + std::to_string(cache->max_len) + " positions; " +
                      std::to_string(past + T) + " needed");
+  if (prefix && (!positions.defined() || !key_mask.defined()))
+    throw ModelError("forward: a shared prefix needs positions and a key mask");
   auto pos = positions;
   if (!pos.defined())
     pos = torch::arange(past, past + T, tokens.options().dtype(torch::kInt64)).unsqueeze(0).expand({B, T});
@@ -369,18 +408,59 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
   auto h = embed_tokens(tokens);
   for (size_t i = 0; i < layers.size(); ++i) {
     auto& layer = layers[i];
-    torch::Tensor* kc = cache ? &cache->k[i] : nullptr;
-    torch::Tensor* vc = cache ? &cache->v[i] : nullptr;
+    LayerKV kv;
+    kv.kc = cache ? &cache->k[i] : nullptr;
+    kv.vc = cache ? &cache->v[i] : nullptr;
+    kv.past = past;
+    if (prefix) {
+      kv.prefix_k = prefix->k[i];
+      kv.prefix_v = prefix->v[i];
+    }
     if (checkpointing_ && cache == nullptr && torch::GradMode::is_enabled()) {
+      // Recomputed in backward: the prefix keys/values are inputs of the recomputation (their
+      // gradients flow on to the prefix's forward), this call's keys/values outputs.
       std::vector<torch::Tensor> params;
       for (auto& p : layer->parameters())
         if (p.requires_grad()) params.push_back(p);
-      auto fn = [layer, cos = cos, sin = sin, mask](const std::vector<torch::Tensor>& in) mutable {
-        return std::vector<torch::Tensor>{layer->forward(in[0], cos, sin, mask, nullptr, nullptr, 0)};
+      const bool has_prefix = prefix != nullptr, collecting = collect != nullptr;
+      auto fn = [layer, cos = cos, sin = sin, mask, has_prefix, collecting](const std::vector<torch::Tensor>& in) mutable {
+        LayerKV lkv;
+        lkv.past = has_prefix ? in[1].size(2) : 0;
+        if (has_prefix) {
+          lkv.prefix_k = in[1];
+          lkv.prefix_v = in[2];
+        }
+        torch::Tensor ok, ov;
+        if (collecting) {
+          lkv.out_k = &ok;
+          lkv.out_v = &ov;
+        }
+        auto out = layer->forward(in[0], cos, sin, mask, lkv);
+        if (collecting) return std::vector<torch::Tensor>{out, ok, ov};
+        return std::vector<torch::Tensor>{out};
       };
-      h = checkpoint(fn, {h}, params)[0];
+      std::vector<torch::Tensor> ins{h};
+      if (has_prefix) {
+        ins.push_back(kv.prefix_k);
+        ins.push_back(kv.prefix_v);
+      }
+      auto outs = checkpoint(fn, ins, params);
+      h = outs[0];
+      if (collect) {
+        collect->k.push_back(outs[1]);
+        collect->v.push_back(outs[2]);
+      }
     } else {
-      h = layer->forward(h, cos, sin, mask, kc, vc, past);
+      torch::Tensor ok, ov;
+      if (collect) {
+        kv.out_k = &ok;
+        kv.out_v = &ov;
+      }
+      h = layer->forward(h, cos, sin, mask, kv);
+      if (collect) {
+        collect->k.push_back(ok);
+        collect->v.push_back(ov);
+      }
     }
   }
   if (cache) cache->length = past + T;
@@ -529,16 +609,14 @@ torch::Tensor positions_from_mask(const torch::Tensor& attention_mask) {
   return pos.masked_fill(m == 0, 1);
 }
 
-TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
-                                  int64_t completion_len, double temperature, int64_t chunk) {
-  const int64_t S = tokens.size(1), C = completion_len;
-  TORCH_CHECK(C >= 1 && C < S, "completion_len must be in [1, seq_len)");
-  torch::Tensor pos, mask;
-  if (attention_mask.defined()) {
-    pos = positions_from_mask(attention_mask);
-    mask = attention_mask.to(torch::kBool);
-  }
-  auto hidden = model->forward(tokens, pos, mask);
+namespace {
+
+// Log-probs and entropies of the last C tokens of `tokens` [B, T] from the hidden states [B, T, H]
+// of the same rows: the LM head + log_softmax over `chunk` positions at a time, each chunk
+// recomputed in backward.
+TokenLogProbs head_logprobs(Transformer& model, const torch::Tensor& hidden, const torch::Tensor& tokens,
+                            int64_t C, double temperature, int64_t chunk) {
+  const int64_t S = tokens.size(1);
   auto h = hidden.narrow(1, S - C - 1, C);
   auto targets = tokens.narrow(1, S - C, C);
   std::vector<torch::Tensor> params;
@@ -565,6 +643,44 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
     ents.push_back(out[1]);
   }
   return {torch::cat(lps, 1), torch::cat(ents, 1)};
+}
+
+}  // namespace
+
+TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                  int64_t completion_len, double temperature, int64_t chunk) {
+  const int64_t S = tokens.size(1), C = completion_len;
+  TORCH_CHECK(C >= 1 && C < S, "completion_len must be in [1, seq_len)");
+  torch::Tensor pos, mask;
+  if (attention_mask.defined()) {
+    pos = positions_from_mask(attention_mask);
+    mask = attention_mask.to(torch::kBool);
+  }
+  auto hidden = model->forward(tokens, pos, mask);
+  return head_logprobs(model, hidden, tokens, C, temperature, chunk);
+}
+
+TokenLogProbs completion_logprobs_shared(Transformer& model, const torch::Tensor& prefix_tokens,
+                                         const torch::Tensor& prefix_mask, const torch::Tensor& prefix_row,
+                                         const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                         int64_t completion_len, double temperature, int64_t chunk) {
+  const int64_t T = tokens.size(1), C = completion_len;
+  TORCH_CHECK(C >= 1 && C < T, "completion_len must be in [1, tail_len)");
+  TORCH_CHECK(prefix_tokens.dim() == 2 && prefix_mask.sizes() == prefix_tokens.sizes(),
+              "prefix_tokens and prefix_mask must be [U, Lp]");
+  TORCH_CHECK(prefix_row.dim() == 1 && prefix_row.size(0) == tokens.size(0), "prefix_row must be [B]");
+  TORCH_CHECK(attention_mask.sizes() == tokens.sizes(), "attention_mask must be [B, T]");
+  const auto pmask = prefix_mask.to(torch::kBool);
+  PrefixKV kv;
+  model->forward(prefix_tokens, positions_from_mask(prefix_mask), pmask, nullptr, nullptr, &kv);
+  const PrefixKV rows = kv.select_rows(prefix_row);
+  // Row b's positions continue its prefix's real tokens.
+  auto plen = prefix_mask.to(torch::kInt64).sum(1).index_select(0, prefix_row);  // [B]
+  auto tm = attention_mask.to(torch::kInt64);
+  auto pos = (tm.cumsum(-1) - 1 + plen.unsqueeze(1)).masked_fill(tm == 0, 1);
+  auto key_mask = torch::cat({pmask.index_select(0, prefix_row), attention_mask.to(torch::kBool)}, 1);
+  auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows);
+  return head_logprobs(model, hidden, tokens, C, temperature, chunk);
 }
 
 }  // namespace leap::model

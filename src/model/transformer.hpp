@@ -76,6 +76,16 @@ struct KVCache {
   void select_rows(const torch::Tensor& rows);
 };
 
+/// Keys and values of a batch of shared prefixes (prompt sharing, issue 19): per layer
+/// [rows, Hkv, Lp, D] after rotary, with autograd when computed with grad enabled. Unlike a
+/// KVCache it is not preallocated or written in place: its tensors are ordinary graph nodes, so
+/// gradients flow back through them into the prefix's forward.
+struct PrefixKV {
+  std::vector<torch::Tensor> k, v;
+  /// The rows `rows` (int64 indices [B] on the tensors' device) of every layer's keys and values.
+  PrefixKV select_rows(const torch::Tensor& rows) const;
+};
+
 class DecoderLayerImpl;  // attention + MLP block (defined in transformer.cpp)
 
 /// The causal LM. forward() returns final hidden states; logits() applies the LM head.
@@ -88,8 +98,14 @@ class TransformerImpl : public torch::nn::Module {
   /// `key_mask` [B, S] bool: which cache+new positions are real tokens (S = cache->length + T if
   /// a cache is given, else T); undefined means every position is real. Attention is causal.
   /// With a cache, the new keys/values are written at cache->length and length advances by T.
+  /// With `prefix` (per layer [B, Hkv, Lp, D], no cache allowed) the tokens continue that prefix:
+  /// attention sees its Lp keys before the new ones, `key_mask` is [B, Lp + T] and `positions`
+  /// must be given. With `collect`, every layer's new keys and values ([B, Hkv, T, D], with
+  /// autograd) are appended to it, for use as a later call's prefix. Throws leap::ModelError when
+  /// a cache and a prefix are both given or the cache is too short.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions,
-                        const torch::Tensor& key_mask = {}, KVCache* cache = nullptr);
+                        const torch::Tensor& key_mask = {}, KVCache* cache = nullptr,
+                        const PrefixKV* prefix = nullptr, PrefixKV* collect = nullptr);
   /// LM head on hidden states: [..., hidden] -> [..., vocab] in the model dtype.
   torch::Tensor logits(const torch::Tensor& hidden);
   /// forward + logits, converted to fp32.
@@ -158,6 +174,18 @@ struct TokenLogProbs {
 TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens,
                                   const torch::Tensor& attention_mask, int64_t completion_len,
                                   double temperature = 1.0, int64_t chunk = 64);
+
+/// Prompt-shared completion_logprobs (issue 19): each of U prefixes runs once and the B rows
+/// continue them. `prefix_tokens` [U, Lp] int64 (left padded; `prefix_mask` [U, Lp] marks real
+/// tokens), `prefix_row` [B] int64: the prefix row b continues. `tokens` [B, T]: the rest of row
+/// b's prompt (left padded, at least one token) then its completion (right padded), real tokens
+/// marked by `attention_mask` [B, T]; the log-probs are those of the last C = completion_len
+/// positions. Equals completion_logprobs on [prefix | tokens] rows (same positions, same keys)
+/// up to float rounding, gradients included; the prefixes' tokens are computed once, not B times.
+TokenLogProbs completion_logprobs_shared(Transformer& model, const torch::Tensor& prefix_tokens,
+                                         const torch::Tensor& prefix_mask, const torch::Tensor& prefix_row,
+                                         const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                         int64_t completion_len, double temperature = 1.0, int64_t chunk = 64);
 
 /// Rotary positions from an attention mask [B, S]: cumsum - 1 (1 at padding, as HF generate).
 torch::Tensor positions_from_mask(const torch::Tensor& attention_mask);

@@ -379,6 +379,7 @@ UpdateOptions update_options(const Run& r) {
   u.aggregation = parse_aggregation(exp.loss.aggregation);
   u.mini_batch_size = exp.train.mini_batch_size;
   u.grad_accum = exp.train.grad_accum;
+  u.share_prompts = exp.train.share_prompts;
   u.ppo_epochs = exp.train.ppo_epochs;
   u.max_grad_norm = exp.optim.max_grad_norm;
   u.temperature = exp.rollout.temperature > 0 ? exp.rollout.temperature : 1.0;

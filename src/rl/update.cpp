@@ -10,26 +10,35 @@
 #include <sstream>
 
 #include "dist/process_group.hpp"
+#include "rl/prompt_sharing.hpp"
 #include "util/error.hpp"
 
 namespace leap::rl {
 
 namespace {
 
-/// Padded batch of samples: [pad.. prompt | completion ..pad].
+/// Padded batch of samples: [pad.. prompt | completion ..pad]. With prompt sharing, `tokens`
+/// holds each row's prompt after its share unit's prefix (at least one token) and the prefixes
+/// are in prefix_tokens, one row per unit.
 struct Batch {
   torch::Tensor tokens;           ///< [B, P + C] int64
   torch::Tensor attention_mask;   ///< [B, P + C] int64
   torch::Tensor completion_mask;  ///< [B, C] fp32
   int64_t completion_len = 0;     ///< C
+  bool shared = false;            ///< the prefix fields below are set
+  torch::Tensor prefix_tokens;    ///< [U, Lp] int64, left padded
+  torch::Tensor prefix_mask;      ///< [U, Lp] int64
+  torch::Tensor prefix_row;       ///< [B] int64: the unit of each row
 };
 
-Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
-                 torch::Device device) {
+/// The rows [pad.. prompt[skip[b]:] | completion ..pad] of samples[idx] (skip null: whole prompts).
+Batch make_rows(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
+                torch::Device device, const std::vector<size_t>* skip) {
+  const auto from = [&](size_t b) { return skip ? (*skip)[b] : size_t{0}; };
   int64_t P = 0, C = 0;
-  for (size_t i : idx) {
-    P = std::max<int64_t>(P, static_cast<int64_t>(samples[i].prompt_ids.size()));
-    C = std::max<int64_t>(C, static_cast<int64_t>(samples[i].completion_ids.size()));
+  for (size_t b = 0; b < idx.size(); ++b) {
+    P = std::max<int64_t>(P, static_cast<int64_t>(samples[idx[b]].prompt_ids.size() - from(b)));
+    C = std::max<int64_t>(C, static_cast<int64_t>(samples[idx[b]].completion_ids.size()));
   }
   C = std::max<int64_t>(C, 1);
   const int64_t B = static_cast<int64_t>(idx.size());
@@ -41,9 +50,10 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   auto cm = cmask.accessor<float, 2>();
   for (int64_t b = 0; b < B; ++b) {
     const auto& s = samples[idx[static_cast<size_t>(b)]];
-    const int64_t p = static_cast<int64_t>(s.prompt_ids.size());
+    const int64_t skip_b = static_cast<int64_t>(from(static_cast<size_t>(b)));
+    const int64_t p = static_cast<int64_t>(s.prompt_ids.size()) - skip_b;
     for (int64_t j = 0; j < p; ++j) {
-      tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(j)];
+      tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(skip_b + j)];
       mk[b][P - p + j] = 1;
     }
     for (int64_t j = 0; j < static_cast<int64_t>(s.completion_ids.size()); ++j) {
@@ -53,6 +63,47 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
     }
   }
   return {tokens.to(device), mask.to(device), cmask.to(device), C};
+}
+
+/// The batch of samples[idx]; with `share`, the prefixes that plan_prompt_sharing finds run once
+/// (when some unit has two members or more; otherwise the plain batch).
+Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
+                 torch::Device device, bool share = false) {
+  if (!share || idx.size() < 2) return make_rows(samples, idx, pad_id, device, nullptr);
+  std::vector<const std::vector<int64_t>*> prompts;
+  for (size_t i : idx) prompts.push_back(&samples[i].prompt_ids);
+  const auto plan = plan_prompt_sharing(prompts);
+  if (plan.empty() || plan.size() == idx.size()) return make_rows(samples, idx, pad_id, device, nullptr);
+  std::vector<size_t> skip(idx.size());
+  std::vector<int64_t> row_unit(idx.size());
+  int64_t Lp = 0;
+  for (size_t u = 0; u < plan.size(); ++u) {
+    Lp = std::max<int64_t>(Lp, static_cast<int64_t>(plan[u].prefix_len));
+    for (size_t m : plan[u].members) {
+      skip[m] = plan[u].prefix_len;
+      row_unit[m] = static_cast<int64_t>(u);
+    }
+  }
+  Batch b = make_rows(samples, idx, pad_id, device, &skip);
+  const int64_t U = static_cast<int64_t>(plan.size());
+  auto pt = torch::full({U, Lp}, pad_id, torch::kInt64);
+  auto pm = torch::zeros({U, Lp}, torch::kInt64);
+  auto ptk = pt.accessor<int64_t, 2>();
+  auto pmk = pm.accessor<int64_t, 2>();
+  for (int64_t u = 0; u < U; ++u) {
+    const auto& unit = plan[static_cast<size_t>(u)];
+    const auto& prompt = samples[idx[unit.members.front()]].prompt_ids;
+    const int64_t n = static_cast<int64_t>(unit.prefix_len);
+    for (int64_t j = 0; j < n; ++j) {
+      ptk[u][Lp - n + j] = prompt[static_cast<size_t>(j)];
+      pmk[u][Lp - n + j] = 1;
+    }
+  }
+  b.shared = true;
+  b.prefix_tokens = pt.to(device);
+  b.prefix_mask = pm.to(device);
+  b.prefix_row = torch::tensor(row_unit, torch::kInt64).to(device);
+  return b;
 }
 
 /// bf16 autocast on CUDA for the lifetime of the guard (no-op when off).
@@ -86,8 +137,11 @@ std::vector<std::vector<size_t>> chunks(const std::vector<size_t>& order, size_t
 /// Per-token log-probs [B, C] of the batch (autograd when enabled) and entropy.
 model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const UpdateOptions& o) {
   AutocastGuard ac(o.autocast_bf16 && m->device().is_cuda());
-  return model::completion_logprobs(m, b.tokens, b.attention_mask, b.completion_len,
-                                    o.temperature > 0 ? o.temperature : 1.0);
+  const double temperature = o.temperature > 0 ? o.temperature : 1.0;
+  if (b.shared)
+    return model::completion_logprobs_shared(m, b.prefix_tokens, b.prefix_mask, b.prefix_row, b.tokens,
+                                             b.attention_mask, b.completion_len, temperature);
+  return model::completion_logprobs(m, b.tokens, b.attention_mask, b.completion_len, temperature);
 }
 
 void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, const UpdateOptions& o,
@@ -95,8 +149,13 @@ void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, con
   torch::NoGradGuard ng;
   std::vector<size_t> order(samples.size());
   std::iota(order.begin(), order.end(), 0);
+  // The order of a no-grad pass does not matter: sorted by context, so samples that share a
+  // prefix fall into the same batch.
+  if (o.share_prompts)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return samples[a].prompt_ids < samples[b].prompt_ids; });
   for (const auto& idx : chunks(order, static_cast<size_t>(o.mini_batch_size))) {
-    const Batch b = make_batch(samples, idx, o.pad_id, m->device());
+    const Batch b = make_batch(samples, idx, o.pad_id, m->device(), o.share_prompts);
     auto lp = batch_logprobs(m, b, o).logprobs.to(torch::kCPU).to(torch::kFloat32).contiguous();
     for (size_t r = 0; r < idx.size(); ++r) {
       auto& s = samples[idx[r]];
@@ -291,7 +350,7 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
       for (size_t start = 0; start < step_idx.size(); start += mb) {
         std::vector<size_t> idx(step_idx.begin() + static_cast<long>(start),
                                 step_idx.begin() + static_cast<long>(std::min(step_idx.size(), start + mb)));
-        const Batch b = make_batch(samples, idx, o.pad_id, policy->device());
+        const Batch b = make_batch(samples, idx, o.pad_id, policy->device(), o.share_prompts);
         const int64_t B = static_cast<int64_t>(idx.size()), C = b.completion_len;
         auto old_lp = torch::zeros({B, C}, torch::kFloat32);
         auto ref_lp = with_ref ? torch::zeros({B, C}, torch::kFloat32) : torch::Tensor();
@@ -356,7 +415,7 @@ double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, 
   std::iota(order.begin(), order.end(), 0);
   double loss_sum = 0;
   for (const auto& idx : chunks(order, static_cast<size_t>(std::max<int64_t>(1, o.mini_batch_size)))) {
-    const Batch b = make_batch(samples, idx, o.pad_id, policy->device());
+    const Batch b = make_batch(samples, idx, o.pad_id, policy->device(), o.share_prompts);
     auto lp = batch_logprobs(policy, b, o);
     auto loss = -(lp.logprobs * b.completion_mask).sum() / total_tokens;
     const double l = loss.item<double>();

@@ -51,6 +51,12 @@ struct UpdateOptions {
   bool autocast_bf16 = false;    ///< bf16 autocast of the forward (CUDA only), fp32 master weights
   uint64_t seed = 0;             ///< shuffles the samples of each epoch
   int64_t pad_id = 0;            ///< token used for padding (masked out)
+  /// Prompt sharing (issue 19): the samples of a mini-batch whose contexts start with the same
+  /// tokens run that prefix once and their rests against its keys and values (plan_prompt_sharing),
+  /// in every pass (old and reference log-probs, the training forward and backward); the
+  /// log-probs and gradients equal the unshared ones up to float rounding. false: every sample
+  /// runs its whole context.
+  bool share_prompts = true;
   /// Data-parallel group (not owned), or null for one process. With a group, every rank passes
   /// its own samples (counts may differ, even 0); mini_batch_size and grad_accum are per rank,
   /// so one optimizer step takes up to world_size * mini_batch_size * grad_accum samples. The

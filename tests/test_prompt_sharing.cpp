@@ -1,0 +1,262 @@
+// Prompt sharing (issue 19): the shared-prefix forward gives the log-probs and the parameter
+// gradients of the unshared forward on the same rows (fp32), the update with sharing equals the
+// update without, the planner shares what it can, and prefill sharing leaves generation as it was.
+#include <doctest/doctest.h>
+#include <torch/torch.h>
+
+#include <random>
+
+#include "model/generate.hpp"
+#include "model/hf_config.hpp"
+#include "model/transformer.hpp"
+#include "rl/prompt_sharing.hpp"
+#include "rl/update.hpp"
+
+using namespace leap;
+using namespace leap::model;
+
+namespace {
+
+// A small random Qwen2-style model (GQA, qkv bias, untied head) in fp32.
+Transformer small_model(uint64_t seed, bool tied = false) {
+  const std::string cfg = std::string(R"({"model_type": "qwen2", "hidden_size": 32, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 97,
+    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": )") +
+                          (tied ? "true" : "false") + "}";
+  Transformer m(parse_model_config(cfg, "test config"));
+  torch::manual_seed(static_cast<int64_t>(seed));
+  torch::NoGradGuard ng;
+  for (auto& p : m->parameters()) p.normal_(0.0, 0.2);
+  return m;
+}
+
+std::vector<int64_t> random_ids(std::mt19937_64& rng, size_t n) {
+  std::vector<int64_t> v(n);
+  for (auto& t : v) t = static_cast<int64_t>(rng() % 97);
+  return v;
+}
+
+torch::Tensor ids_tensor(const std::vector<std::vector<int64_t>>& rows, int64_t width, bool left, torch::Tensor* mask) {
+  const int64_t B = static_cast<int64_t>(rows.size());
+  auto t = torch::zeros({B, width}, torch::kInt64);
+  auto m = torch::zeros({B, width}, torch::kInt64);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = static_cast<int64_t>(rows[b].size());
+    const int64_t off = left ? width - n : 0;
+    for (int64_t j = 0; j < n; ++j) {
+      t[b][off + j] = rows[b][j];
+      m[b][off + j] = 1;
+    }
+  }
+  *mask = m;
+  return t;
+}
+
+std::vector<torch::Tensor> grads_of(Transformer& m) {
+  std::vector<torch::Tensor> g;
+  for (auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return g;
+}
+
+double max_abs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("prompt sharing: planner units, prefix lengths and the token fraction") {
+  const std::vector<int64_t> task = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  auto with = [&](std::vector<int64_t> tail) {
+    auto v = task;
+    v.insert(v.end(), tail.begin(), tail.end());
+    return v;
+  };
+  // A group's turn 1 three times, two turn-2 contexts of the same task, an unrelated prompt.
+  const std::vector<std::vector<int64_t>> p = {task, with({50, 51}), task, {90, 91, 92}, with({60}), task};
+  std::vector<const std::vector<int64_t>*> ptrs;
+  for (auto& x : p) ptrs.push_back(&x);
+  auto plan = rl::plan_prompt_sharing(ptrs, 4);
+  REQUIRE(plan.size() == 2);
+  std::vector<int> seen(p.size(), 0);
+  for (auto& u : plan)
+    for (size_t m : u.members) seen[m] += 1;
+  CHECK(seen == std::vector<int>(p.size(), 1));
+  // The task's five contexts form one unit sharing 9 tokens (each member keeps >= 1 of its own).
+  const auto& big = plan[0].members.size() == 5 ? plan[0] : plan[1];
+  const auto& lone = plan[0].members.size() == 5 ? plan[1] : plan[0];
+  CHECK(big.members.size() == 5);
+  CHECK(big.prefix_len == 9);
+  CHECK(lone.members == std::vector<size_t>{3});
+  CHECK(lone.prefix_len == 2);
+  // Runs 9 + (1+3+1+1+2) + 2 + 1 = 20 of the 10+12+10+3+11+10 = 56 context tokens.
+  CHECK(rl::shared_prompt_fraction(ptrs, plan) == doctest::Approx(20.0 / 56.0));
+  // A prompt of one token: nothing is planned (the unshared path runs).
+  const std::vector<int64_t> one = {7};
+  ptrs.push_back(&one);
+  CHECK(rl::plan_prompt_sharing(ptrs, 4).empty());
+  // Prefixes shorter than min_prefix are not shared.
+  const std::vector<std::vector<int64_t>> q = {{1, 2, 3, 9}, {1, 2, 3, 8}};
+  std::vector<const std::vector<int64_t>*> qp = {&q[0], &q[1]};
+  CHECK(rl::plan_prompt_sharing(qp, 4).size() == 2);
+  CHECK(rl::plan_prompt_sharing(qp, 3).size() == 1);
+}
+
+TEST_CASE("prompt sharing: shared-prefix log-probs, entropies and gradients equal the unshared forward (fp32)") {
+  for (const bool checkpointing : {false, true}) {
+    for (const bool tied : {false, true}) {
+      CAPTURE(checkpointing);
+      CAPTURE(tied);
+      auto model = small_model(11, tied);
+      model->set_gradient_checkpointing(checkpointing);
+      std::mt19937_64 rng(5);
+      // Two prefixes (lengths 20 and 13); rows 0-2 continue prefix 0, row 3 prefix 1.
+      const std::vector<std::vector<int64_t>> prefixes = {random_ids(rng, 20), random_ids(rng, 13)};
+      const std::vector<int64_t> row_prefix = {0, 0, 1, 0};
+      const std::vector<size_t> rest_len = {1, 3, 2, 5}, comp_len = {4, 6, 6, 2};
+      std::vector<std::vector<int64_t>> rests, comps, full_prompts;
+      for (size_t b = 0; b < 4; ++b) {
+        rests.push_back(random_ids(rng, rest_len[b]));
+        comps.push_back(random_ids(rng, comp_len[b]));
+        auto fp = prefixes[static_cast<size_t>(row_prefix[b])];
+        fp.insert(fp.end(), rests[b].begin(), rests[b].end());
+        full_prompts.push_back(fp);
+      }
+      const int64_t C = 6;
+      // Unshared rows: [pad.. prefix rest | completion ..pad].
+      auto rows = [&](const std::vector<std::vector<int64_t>>& prompts, torch::Tensor* mask) {
+        int64_t P = 0;
+        for (auto& p : prompts) P = std::max<int64_t>(P, static_cast<int64_t>(p.size()));
+        torch::Tensor pm, cm;
+        auto pt = ids_tensor(prompts, P, true, &pm);
+        auto ct = ids_tensor(comps, C, false, &cm);
+        *mask = torch::cat({pm, cm}, 1);
+        return torch::cat({pt, ct}, 1);
+      };
+      torch::Tensor full_mask, tail_mask, pmask;
+      auto full = rows(full_prompts, &full_mask);
+      auto tail = rows(rests, &tail_mask);
+      auto ptok = ids_tensor(prefixes, 20, true, &pmask);
+      auto prow = torch::tensor(row_prefix, torch::kInt64);
+      auto cmask = full_mask.narrow(1, full.size(1) - C, C).to(torch::kFloat32);
+
+      model->zero_grad();
+      auto a = completion_logprobs(model, full, full_mask, C, 0.8, 4);
+      ((a.logprobs * cmask).sum() + 0.1 * (a.entropy * cmask).sum()).backward();
+      auto ga = grads_of(model);
+      model->zero_grad();
+      auto b = completion_logprobs_shared(model, ptok, pmask, prow, tail, tail_mask, C, 0.8, 4);
+      ((b.logprobs * cmask).sum() + 0.1 * (b.entropy * cmask).sum()).backward();
+      auto gb = grads_of(model);
+
+      CHECK(max_abs((a.logprobs - b.logprobs) * cmask) < 2e-5);
+      CHECK(max_abs((a.entropy - b.entropy) * cmask) < 2e-5);
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < ga.size(); ++i) {
+        worst = std::max(worst, max_abs(ga[i] - gb[i]));
+        scale = std::max(scale, max_abs(ga[i]));
+      }
+      CAPTURE(worst);
+      CAPTURE(scale);
+      REQUIRE(scale > 1e-3);
+      CHECK(worst < 1e-5 * std::max(1.0, scale));
+      // The check can fail: rows attached to the wrong prefix give other log-probs.
+      torch::NoGradGuard ng;
+      auto wrong = completion_logprobs_shared(model, ptok, pmask, torch::tensor(std::vector<int64_t>{1, 0, 0, 1}),
+                                              tail, tail_mask, C, 0.8, 4);
+      CHECK(max_abs((a.logprobs - wrong.logprobs) * cmask) > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (old log-probs and weights)") {
+  std::mt19937_64 rng(9);
+  // Two groups of 5 samples: turn-1 contexts repeated, turn-2 contexts that extend them.
+  std::vector<rl::TrainSample> samples;
+  for (int g = 0; g < 2; ++g) {
+    const auto task = random_ids(rng, 30 + 7 * static_cast<size_t>(g));
+    for (int i = 0; i < 5; ++i) {
+      rl::TrainSample s;
+      s.prompt_ids = task;
+      if (i >= 3) {
+        auto more = random_ids(rng, 4 + static_cast<size_t>(i));
+        s.prompt_ids.insert(s.prompt_ids.end(), more.begin(), more.end());
+      }
+      s.completion_ids = random_ids(rng, 3 + static_cast<size_t>((g * 5 + i) % 6));
+      s.advantage = (i % 2 ? 1.0 : -0.7) * (1 + 0.1 * g);
+      s.segment_id = g * 5 + i;
+      samples.push_back(s);
+    }
+  }
+  auto run = [&](bool share) {
+    auto model = small_model(3);
+    auto ref = small_model(4);
+    auto data = samples;
+    rl::UpdateOptions o;
+    o.share_prompts = share;
+    o.mini_batch_size = 4;
+    o.grad_accum = 2;
+    o.seed = 1;
+    o.loss.kl_beta = 0.05;
+    o.temperature = 0.9;
+    o.max_grad_norm = 0;
+    rl::compute_old_logprobs(model, &ref, data, o);
+    // Start away from the old policy so the ratios and clipping are exercised.
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : model->parameters()) p.add_(0.01 * torch::ones_like(p));
+    }
+    std::vector<at::Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p);
+    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.5));
+    auto st = rl::ppo_update(model, opt, params, data, o);
+    std::vector<torch::Tensor> w;
+    for (auto& p : model->parameters()) w.push_back(p.detach().clone());
+    return std::make_tuple(data, w, st);
+  };
+  auto [d0, w0, s0] = run(false);
+  auto [d1, w1, s1] = run(true);
+  double lp_diff = 0;
+  for (size_t i = 0; i < d0.size(); ++i)
+    for (size_t j = 0; j < d0[i].old_logp.size(); ++j) {
+      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].old_logp[j] - d1[i].old_logp[j])));
+      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].ref_logp[j] - d1[i].ref_logp[j])));
+    }
+  CHECK(lp_diff < 2e-5);
+  double w_diff = 0, moved = 0;
+  auto start = small_model(3);
+  auto sp = start->parameters();
+  for (size_t i = 0; i < w0.size(); ++i) {
+    w_diff = std::max(w_diff, max_abs(w0[i] - w1[i]));
+    moved = std::max(moved, max_abs(w0[i] - (sp[i].detach() + 0.01)));
+  }
+  CAPTURE(w_diff);
+  CAPTURE(moved);
+  REQUIRE(moved > 1e-3);  // the update did something
+  CHECK(w_diff < 1e-5 * std::max(1.0, moved) + 1e-6);
+  CHECK(s0.loss == doctest::Approx(s1.loss).epsilon(1e-4));
+  CHECK(s0.entropy == doctest::Approx(s1.entropy).epsilon(1e-4));
+  CHECK(s0.kl == doctest::Approx(s1.kl).epsilon(1e-3));
+}
+
+TEST_CASE("prompt sharing: prefilling each distinct prompt once leaves generation unchanged") {
+  auto model = small_model(21, true);
+  std::mt19937_64 rng(2);
+  const auto a = random_ids(rng, 12), b = random_ids(rng, 7);
+  const std::vector<std::vector<int64_t>> prompts = {a, a, b, a, b};
+  for (const double temperature : {0.0, 1.0}) {
+    CAPTURE(temperature);
+    SamplingParams p;
+    p.temperature = temperature;
+    p.max_new_tokens = 12;
+    p.seed = 3;
+    p.share_prefill = false;
+    auto plain = generate(model, prompts, p);
+    p.share_prefill = true;
+    auto shared = generate(model, prompts, p);
+    REQUIRE(plain.size() == shared.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      CHECK(plain[i].tokens == shared[i].tokens);
+      for (size_t j = 0; j < plain[i].logprobs.size(); ++j)
+        CHECK(std::abs(plain[i].logprobs[j] - shared[i].logprobs[j]) < 1e-4);
+    }
+    if (temperature > 0) CHECK(shared[0].tokens != shared[1].tokens);  // copies decode independently
+  }
+}
