@@ -175,8 +175,8 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
     for (int i = 0; i < 5; ++i) {
       rl::TrainSample s;
       s.prompt_ids = task;
-      if (i >= 3) {
-        auto more = random_ids(rng, 4 + static_cast<size_t>(i));
+      if (i >= 3) {  // long enough that the batches run these rows apart from the short ones
+        auto more = random_ids(rng, 40 + static_cast<size_t>(i));
         s.prompt_ids.insert(s.prompt_ids.end(), more.begin(), more.end());
       }
       s.completion_ids = random_ids(rng, 3 + static_cast<size_t>((g * 5 + i) % 6));
@@ -220,6 +220,22 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
       lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].ref_logp[j] - d1[i].ref_logp[j])));
     }
   CHECK(lp_diff < 2e-5);
+  // Independently of the batching (padding, parts, row order): each sample alone.
+  {
+    auto model = small_model(3);
+    torch::NoGradGuard ng;
+    double alone = 0;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      auto row = samples[i].prompt_ids;
+      row.insert(row.end(), samples[i].completion_ids.begin(), samples[i].completion_ids.end());
+      auto t = torch::tensor(row, torch::kInt64).unsqueeze(0);
+      const int64_t C = static_cast<int64_t>(samples[i].completion_ids.size());
+      auto lp = completion_logprobs(model, t, {}, C, 0.9).logprobs[0];
+      for (int64_t j = 0; j < C; ++j)
+        alone = std::max(alone, std::abs(lp[j].item<double>() - static_cast<double>(d1[i].old_logp[static_cast<size_t>(j)])));
+    }
+    CHECK(alone < 2e-5);
+  }
   double w_diff = 0, moved = 0;
   auto start = small_model(3);
   auto sp = start->parameters();

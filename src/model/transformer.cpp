@@ -660,27 +660,39 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
   return head_logprobs(model, hidden, tokens, C, temperature, chunk);
 }
 
-TokenLogProbs completion_logprobs_shared(Transformer& model, const torch::Tensor& prefix_tokens,
-                                         const torch::Tensor& prefix_mask, const torch::Tensor& prefix_row,
-                                         const torch::Tensor& tokens, const torch::Tensor& attention_mask,
-                                         int64_t completion_len, double temperature, int64_t chunk) {
-  const int64_t T = tokens.size(1), C = completion_len;
-  TORCH_CHECK(C >= 1 && C < T, "completion_len must be in [1, tail_len)");
+PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask) {
   TORCH_CHECK(prefix_tokens.dim() == 2 && prefix_mask.sizes() == prefix_tokens.sizes(),
               "prefix_tokens and prefix_mask must be [U, Lp]");
+  PrefixKV kv;
+  model->forward(prefix_tokens, positions_from_mask(prefix_mask), prefix_mask.to(torch::kBool), nullptr, nullptr, &kv);
+  return kv;
+}
+
+TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
+                                const torch::Tensor& prefix_row, const torch::Tensor& tokens,
+                                const torch::Tensor& attention_mask, int64_t completion_len, double temperature,
+                                int64_t chunk) {
+  const int64_t T = tokens.size(1), C = completion_len;
+  TORCH_CHECK(C >= 1 && C < T, "completion_len must be in [1, tail_len)");
   TORCH_CHECK(prefix_row.dim() == 1 && prefix_row.size(0) == tokens.size(0), "prefix_row must be [B]");
   TORCH_CHECK(attention_mask.sizes() == tokens.sizes(), "attention_mask must be [B, T]");
-  const auto pmask = prefix_mask.to(torch::kBool);
-  PrefixKV kv;
-  model->forward(prefix_tokens, positions_from_mask(prefix_mask), pmask, nullptr, nullptr, &kv);
-  const PrefixKV rows = kv.select_rows(prefix_row);
+  const PrefixKV rows = prefix.select_rows(prefix_row);
   // Row b's positions continue its prefix's real tokens.
   auto plen = prefix_mask.to(torch::kInt64).sum(1).index_select(0, prefix_row);  // [B]
   auto tm = attention_mask.to(torch::kInt64);
   auto pos = (tm.cumsum(-1) - 1 + plen.unsqueeze(1)).masked_fill(tm == 0, 1);
-  auto key_mask = torch::cat({pmask.index_select(0, prefix_row), attention_mask.to(torch::kBool)}, 1);
+  auto key_mask = torch::cat({prefix_mask.to(torch::kBool).index_select(0, prefix_row), attention_mask.to(torch::kBool)}, 1);
   auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows);
   return head_logprobs(model, hidden, tokens, C, temperature, chunk);
+}
+
+TokenLogProbs completion_logprobs_shared(Transformer& model, const torch::Tensor& prefix_tokens,
+                                         const torch::Tensor& prefix_mask, const torch::Tensor& prefix_row,
+                                         const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                         int64_t completion_len, double temperature, int64_t chunk) {
+  const PrefixKV kv = prefix_keys_values(model, prefix_tokens, prefix_mask);
+  return continue_logprobs(model, kv, prefix_mask, prefix_row, tokens, attention_mask, completion_len, temperature,
+                           chunk);
 }
 
 }  // namespace leap::model

@@ -175,13 +175,24 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
                                   const torch::Tensor& attention_mask, int64_t completion_len,
                                   double temperature = 1.0, int64_t chunk = 64);
 
-/// Prompt-shared completion_logprobs (issue 19): each of U prefixes runs once and the B rows
-/// continue them. `prefix_tokens` [U, Lp] int64 (left padded; `prefix_mask` [U, Lp] marks real
-/// tokens), `prefix_row` [B] int64: the prefix row b continues. `tokens` [B, T]: the rest of row
-/// b's prompt (left padded, at least one token) then its completion (right padded), real tokens
-/// marked by `attention_mask` [B, T]; the log-probs are those of the last C = completion_len
-/// positions. Equals completion_logprobs on [prefix | tokens] rows (same positions, same keys)
-/// up to float rounding, gradients included; the prefixes' tokens are computed once, not B times.
+/// The keys and values of U shared prefixes (issue 19): `prefix_tokens` [U, Lp] int64, left
+/// padded, `prefix_mask` [U, Lp] marking real tokens. Per layer [U, Hkv, Lp, D], with autograd
+/// when grad mode is on, for continue_logprobs.
+PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask);
+
+/// Log-probs of completions that continue shared prefixes: row b continues prefix
+/// `prefix_row[b]` (int64 [B]) of `prefix` / `prefix_mask` (from prefix_keys_values) with
+/// `tokens` [B, T]: the rest of its prompt (left padded, at least one token) then its completion
+/// (right padded), real tokens marked by `attention_mask` [B, T]. Returns the log-probs of the
+/// last C = completion_len positions, equal to completion_logprobs on the [prefix | tokens] rows
+/// (same positions, same keys) up to float rounding, gradients included (they flow into the
+/// prefix's forward through `prefix`).
+TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
+                                const torch::Tensor& prefix_row, const torch::Tensor& tokens,
+                                const torch::Tensor& attention_mask, int64_t completion_len,
+                                double temperature = 1.0, int64_t chunk = 64);
+
+/// prefix_keys_values then continue_logprobs: each of the U prefixes runs once for its B rows.
 TokenLogProbs completion_logprobs_shared(Transformer& model, const torch::Tensor& prefix_tokens,
                                          const torch::Tensor& prefix_mask, const torch::Tensor& prefix_row,
                                          const torch::Tensor& tokens, const torch::Tensor& attention_mask,

@@ -17,40 +17,75 @@ namespace leap::rl {
 
 namespace {
 
-/// Padded batch of samples: [pad.. prompt | completion ..pad]. With prompt sharing, `tokens`
-/// holds each row's prompt after its share unit's prefix (at least one token) and the prefixes
-/// are in prefix_tokens, one row per unit.
-struct Batch {
-  torch::Tensor tokens;           ///< [B, P + C] int64
-  torch::Tensor attention_mask;   ///< [B, P + C] int64
-  torch::Tensor completion_mask;  ///< [B, C] fp32
-  int64_t completion_len = 0;     ///< C
-  bool shared = false;            ///< the prefix fields below are set
-  torch::Tensor prefix_tokens;    ///< [U, Lp] int64, left padded
-  torch::Tensor prefix_mask;      ///< [U, Lp] int64
-  torch::Tensor prefix_row;       ///< [B] int64: the unit of each row
+/// Rows of a batch that run in one forward: [pad.. prompt | completion ..pad]; with prompt
+/// sharing the prompt part is what follows the row's share-unit prefix (at least one token).
+struct Part {
+  torch::Tensor tokens;          ///< [n, P + C_part] int64
+  torch::Tensor attention_mask;  ///< [n, P + C_part] int64
+  int64_t completion_len = 0;    ///< C_part
+  std::vector<int64_t> rows;     ///< the part's rows in the batch (positions in idx)
+  torch::Tensor prefix_row;      ///< [n] int64: each row's share unit (shared batches only)
 };
 
-/// The rows [pad.. prompt[skip[b]:] | completion ..pad] of samples[idx] (skip null: whole prompts).
-Batch make_rows(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
-                torch::Device device, const std::vector<size_t>* skip) {
-  const auto from = [&](size_t b) { return skip ? (*skip)[b] : size_t{0}; };
-  int64_t P = 0, C = 0;
-  for (size_t b = 0; b < idx.size(); ++b) {
-    P = std::max<int64_t>(P, static_cast<int64_t>(samples[idx[b]].prompt_ids.size() - from(b)));
-    C = std::max<int64_t>(C, static_cast<int64_t>(samples[idx[b]].completion_ids.size()));
+/// A mini-batch: one or two parts (rows of very different lengths run apart, so short rows are
+/// not padded to the long ones' width), and with prompt sharing the unit prefixes, one row per unit.
+struct Batch {
+  std::vector<Part> parts;
+  torch::Tensor completion_mask;  ///< [B, C] fp32, rows in idx order
+  int64_t completion_len = 0;     ///< C, the longest completion (>= 1)
+  bool shared = false;            ///< the prefix fields are set
+  torch::Tensor prefix_tokens;    ///< [U, Lp] int64, left padded
+  torch::Tensor prefix_mask;      ///< [U, Lp] int64
+};
+
+/// Splits rows (with their prompt and completion lengths) into one part, or two when that cuts
+/// the padded area (rows x width) by at least a fifth: rows sorted by width, the best cut point.
+std::vector<std::vector<int64_t>> split_rows(const std::vector<int64_t>& plen, const std::vector<int64_t>& clen) {
+  const size_t n = plen.size();
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return plen[a] + clen[a] < plen[b] + clen[b]; });
+  auto area = [&](size_t from, size_t to) {
+    int64_t p = 0, c = 1;
+    for (size_t i = from; i < to; ++i) {
+      p = std::max(p, plen[order[i]]);
+      c = std::max(c, clen[order[i]]);
+    }
+    return static_cast<double>(to - from) * static_cast<double>(p + c);
+  };
+  const double whole = area(0, n);
+  double best = whole;
+  size_t cut = 0;
+  for (size_t k = 1; k < n; ++k)
+    if (const double a = area(0, k) + area(k, n); a < best) {
+      best = a;
+      cut = k;
+    }
+  if (cut == 0 || best > 0.8 * whole) return {order};
+  return {std::vector<int64_t>(order.begin(), order.begin() + static_cast<long>(cut)),
+          std::vector<int64_t>(order.begin() + static_cast<long>(cut), order.end())};
+}
+
+/// The part of samples[idx[rows]], each prompt from skip[row] on (skip empty: whole prompts).
+Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, std::vector<int64_t> rows,
+               const std::vector<size_t>& skip, int64_t pad_id, torch::Device device) {
+  const auto from = [&](int64_t r) { return skip.empty() ? int64_t{0} : static_cast<int64_t>(skip[static_cast<size_t>(r)]); };
+  int64_t P = 0, C = 1;
+  for (int64_t r : rows) {
+    const auto& s = samples[idx[static_cast<size_t>(r)]];
+    P = std::max<int64_t>(P, static_cast<int64_t>(s.prompt_ids.size()) - from(r));
+    C = std::max<int64_t>(C, static_cast<int64_t>(s.completion_ids.size()));
   }
-  C = std::max<int64_t>(C, 1);
-  const int64_t B = static_cast<int64_t>(idx.size());
-  auto tokens = torch::full({B, P + C}, pad_id, torch::kInt64);
-  auto mask = torch::zeros({B, P + C}, torch::kInt64);
-  auto cmask = torch::zeros({B, C}, torch::kFloat32);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  auto tokens = torch::full({n, P + C}, pad_id, torch::kInt64);
+  auto mask = torch::zeros({n, P + C}, torch::kInt64);
   auto tk = tokens.accessor<int64_t, 2>();
   auto mk = mask.accessor<int64_t, 2>();
-  auto cm = cmask.accessor<float, 2>();
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& s = samples[idx[static_cast<size_t>(b)]];
-    const int64_t skip_b = static_cast<int64_t>(from(static_cast<size_t>(b)));
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t r = rows[static_cast<size_t>(b)];
+    const auto& s = samples[idx[static_cast<size_t>(r)]];
+    const int64_t skip_b = from(r);
     const int64_t p = static_cast<int64_t>(s.prompt_ids.size()) - skip_b;
     for (int64_t j = 0; j < p; ++j) {
       tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(skip_b + j)];
@@ -59,32 +94,58 @@ Batch make_rows(const std::vector<TrainSample>& samples, const std::vector<size_
     for (int64_t j = 0; j < static_cast<int64_t>(s.completion_ids.size()); ++j) {
       tk[b][P + j] = s.completion_ids[static_cast<size_t>(j)];
       mk[b][P + j] = 1;
-      cm[b][j] = 1.0f;
     }
   }
-  return {tokens.to(device), mask.to(device), cmask.to(device), C};
+  Part part;
+  part.tokens = tokens.to(device);
+  part.attention_mask = mask.to(device);
+  part.completion_len = C;
+  part.rows = std::move(rows);
+  return part;
 }
 
-/// The batch of samples[idx]; with `share`, the prefixes that plan_prompt_sharing finds run once
-/// (when some unit has two members or more; otherwise the plain batch).
+/// The batch of samples[idx]. With `share`, the prefixes that plan_prompt_sharing finds run once
+/// (when some unit has two members or more; otherwise no prefix).
 Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
                  torch::Device device, bool share = false) {
-  if (!share || idx.size() < 2) return make_rows(samples, idx, pad_id, device, nullptr);
-  std::vector<const std::vector<int64_t>*> prompts;
-  for (size_t i : idx) prompts.push_back(&samples[i].prompt_ids);
-  const auto plan = plan_prompt_sharing(prompts);
-  if (plan.empty() || plan.size() == idx.size()) return make_rows(samples, idx, pad_id, device, nullptr);
-  std::vector<size_t> skip(idx.size());
-  std::vector<int64_t> row_unit(idx.size());
-  int64_t Lp = 0;
-  for (size_t u = 0; u < plan.size(); ++u) {
-    Lp = std::max<int64_t>(Lp, static_cast<int64_t>(plan[u].prefix_len));
-    for (size_t m : plan[u].members) {
-      skip[m] = plan[u].prefix_len;
-      row_unit[m] = static_cast<int64_t>(u);
-    }
+  Batch b;
+  const int64_t B = static_cast<int64_t>(idx.size());
+  std::vector<ShareUnit> plan;
+  if (share && B >= 2) {
+    std::vector<const std::vector<int64_t>*> prompts;
+    for (size_t i : idx) prompts.push_back(&samples[i].prompt_ids);
+    plan = plan_prompt_sharing(prompts);
+    if (plan.size() == idx.size()) plan.clear();  // nothing shared
   }
-  Batch b = make_rows(samples, idx, pad_id, device, &skip);
+  std::vector<size_t> skip;
+  std::vector<int64_t> row_unit(idx.size(), 0), plen(idx.size()), clen(idx.size());
+  if (!plan.empty()) {
+    skip.assign(idx.size(), 0);
+    for (size_t u = 0; u < plan.size(); ++u)
+      for (size_t m : plan[u].members) {
+        skip[m] = plan[u].prefix_len;
+        row_unit[m] = static_cast<int64_t>(u);
+      }
+  }
+  b.completion_len = 1;
+  for (size_t r = 0; r < idx.size(); ++r) {
+    const auto& s = samples[idx[r]];
+    plen[r] = static_cast<int64_t>(s.prompt_ids.size() - (skip.empty() ? 0 : skip[r]));
+    clen[r] = static_cast<int64_t>(s.completion_ids.size());
+    b.completion_len = std::max(b.completion_len, clen[r]);
+  }
+  auto cmask = torch::zeros({B, b.completion_len}, torch::kFloat32);
+  for (int64_t r = 0; r < B; ++r) cmask[r].narrow(0, 0, clen[static_cast<size_t>(r)]).fill_(1.0f);
+  b.completion_mask = cmask.to(device);
+  for (auto& rows : split_rows(plen, clen)) {
+    std::vector<int64_t> units;
+    for (int64_t r : rows) units.push_back(row_unit[static_cast<size_t>(r)]);
+    b.parts.push_back(make_part(samples, idx, std::move(rows), skip, pad_id, device));
+    if (!plan.empty()) b.parts.back().prefix_row = torch::tensor(units, torch::kInt64).to(device);
+  }
+  if (plan.empty()) return b;
+  int64_t Lp = 0;
+  for (const auto& u : plan) Lp = std::max<int64_t>(Lp, static_cast<int64_t>(u.prefix_len));
   const int64_t U = static_cast<int64_t>(plan.size());
   auto pt = torch::full({U, Lp}, pad_id, torch::kInt64);
   auto pm = torch::zeros({U, Lp}, torch::kInt64);
@@ -102,7 +163,6 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   b.shared = true;
   b.prefix_tokens = pt.to(device);
   b.prefix_mask = pm.to(device);
-  b.prefix_row = torch::tensor(row_unit, torch::kInt64).to(device);
   return b;
 }
 
@@ -134,14 +194,31 @@ std::vector<std::vector<size_t>> chunks(const std::vector<size_t>& order, size_t
   return out;
 }
 
-/// Per-token log-probs [B, C] of the batch (autograd when enabled) and entropy.
+/// Per-token log-probs [B, C] of the batch (autograd when enabled) and entropy, rows in idx
+/// order: the shared prefixes run once, then every part against them; each part's [n, C_part]
+/// is padded to C and the parts are put back in row order.
 model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const UpdateOptions& o) {
   AutocastGuard ac(o.autocast_bf16 && m->device().is_cuda());
   const double temperature = o.temperature > 0 ? o.temperature : 1.0;
-  if (b.shared)
-    return model::completion_logprobs_shared(m, b.prefix_tokens, b.prefix_mask, b.prefix_row, b.tokens,
-                                             b.attention_mask, b.completion_len, temperature);
-  return model::completion_logprobs(m, b.tokens, b.attention_mask, b.completion_len, temperature);
+  model::PrefixKV kv;
+  if (b.shared) kv = model::prefix_keys_values(m, b.prefix_tokens, b.prefix_mask);
+  std::vector<torch::Tensor> lps, ents;
+  std::vector<int64_t> rows;
+  for (const auto& part : b.parts) {
+    auto lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens,
+                                                  part.attention_mask, part.completion_len, temperature)
+                       : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len,
+                                                    temperature);
+    const int64_t pad = b.completion_len - part.completion_len;
+    lps.push_back(pad ? torch::constant_pad_nd(lp.logprobs, {0, pad}) : lp.logprobs);
+    ents.push_back(pad ? torch::constant_pad_nd(lp.entropy, {0, pad}) : lp.entropy);
+    rows.insert(rows.end(), part.rows.begin(), part.rows.end());
+  }
+  if (b.parts.size() == 1 && std::is_sorted(rows.begin(), rows.end())) return {lps[0], ents[0]};
+  std::vector<int64_t> inverse(rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) inverse[static_cast<size_t>(rows[k])] = static_cast<int64_t>(k);
+  auto inv = torch::tensor(inverse, torch::kInt64).to(b.completion_mask.device());
+  return {torch::cat(lps, 0).index_select(0, inv), torch::cat(ents, 0).index_select(0, inv)};
 }
 
 void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, const UpdateOptions& o,
@@ -340,8 +417,23 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
   // Optimizer steps per epoch: the same on every rank (the one with the most samples decides).
   size_t n_steps = (samples.size() + step_size - 1) / step_size;
   if (pg) n_steps = static_cast<size_t>(pg->all_reduce_max({static_cast<double>(n_steps)})[0]);
+  // Mini-batches take the samples of a share unit (a group's contexts, which start with the same
+  // task prompt) together, as verl's mini-batches take whole groups: each epoch shuffles the
+  // units and the samples inside each, then cuts the order into mini-batches. The units come from
+  // the contexts alone, so train.share_prompts changes only how the batches are computed.
+  std::vector<const std::vector<int64_t>*> contexts;
+  for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
+  std::vector<std::vector<size_t>> units;
+  for (auto& u : plan_prompt_sharing(contexts)) units.push_back(std::move(u.members));
+  if (units.empty())  // a context of < 2 tokens: every sample on its own
+    for (size_t i = 0; i < samples.size(); ++i) units.push_back({i});
   for (int64_t epoch = 0; epoch < std::max<int64_t>(1, o.ppo_epochs); ++epoch) {
-    std::shuffle(order.begin(), order.end(), rng);
+    std::shuffle(units.begin(), units.end(), rng);
+    order.clear();
+    for (auto& u : units) {
+      std::shuffle(u.begin(), u.end(), rng);
+      order.insert(order.end(), u.begin(), u.end());
+    }
     auto steps = chunks(order, step_size);
     steps.resize(n_steps);  // a rank out of samples runs empty steps (zero gradient)
     for (const auto& step_idx : steps) {

@@ -1,0 +1,138 @@
+// Benchmark (not a test): the policy update (old and reference log-probs, then one PPO epoch of
+// forward + backward + optimizer steps) with prompt sharing against without, on quickstart-shaped
+// samples: G groups of N rollouts, a P-token task prompt per group, R turn-2 samples per group
+// whose context is the prompt plus an earlier completion and feedback (E tokens), C-token
+// completions. The two sides alternate (unshared, shared, ...) and the median of the per-pair
+// ratios shared / unshared is printed with its range. The defaults are the quickstart's steps as
+// its store shows them: turn 1, 16 samples of ~570 context + ~200 completion tokens; turn 2, 5-11
+// samples of ~930-1230 context (the turn-1 context, its completion and the feedback) + ~250-310.
+//   ninja -C build bench_update && ./build/bench_update [--pairs 5] [--preset tiny|qwen2.5-1.5b]
+//       [--groups 2] [--group-size 8] [--prompt 570] [--turn2 4] [--extra 500] [--completion 220]
+//       [--mini-batch 8] [--device cpu|cuda] [--dtype fp32|bf16] [--checkpointing 0|1]
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/hf_config.hpp"
+#include "model/transformer.hpp"
+#include "pairs.hpp"
+#include "rl/prompt_sharing.hpp"
+#include "rl/update.hpp"
+
+using namespace leap;
+
+namespace {
+
+std::string preset_config(const std::string& preset) {
+  if (preset == "tiny")
+    return R"({"model_type": "qwen2", "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "intermediate_size": 384, "vocab_size": 1024, "max_position_embeddings": 4096,
+      "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true})";
+  if (preset == "qwen2.5-1.5b")
+    return R"({"model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,
+      "num_key_value_heads": 2, "intermediate_size": 8960, "vocab_size": 151936, "max_position_embeddings": 32768,
+      "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": true})";
+  throw std::runtime_error("unknown preset " + preset + " (tiny, qwen2.5-1.5b)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> a = {{"--pairs", "5"},      {"--preset", "tiny"},     {"--groups", "2"},
+                                          {"--group-size", "8"}, {"--prompt", "570"},      {"--turn2", "4"},
+                                          {"--extra", "500"},    {"--completion", "220"},  {"--mini-batch", "8"},
+                                          {"--device", "cpu"},   {"--dtype", "fp32"},      {"--checkpointing", "0"}};
+  for (int i = 1; i < argc; i += 2) {
+    if (!a.count(argv[i]) || i + 1 >= argc) {
+      std::cerr << "bench_update: unknown option or missing value: " << argv[i] << "\n";
+      return 2;
+    }
+    a[argv[i]] = argv[i + 1];
+  }
+  const auto I = [&](const char* k) { return std::stoll(a[k]); };
+  try {
+    const torch::Device dev = a["--device"] == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    const bool bf16 = a["--dtype"] == "bf16";
+    model::Transformer policy(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
+    model::Transformer reference(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
+    {
+      torch::NoGradGuard ng;
+      torch::manual_seed(0);
+      for (auto& p : policy->parameters()) p.normal_(0.0, 0.02);
+      for (auto& p : reference->parameters()) p.normal_(0.0, 0.02);
+    }
+    policy->to(dev);
+    reference->to(dev, bf16 ? torch::kBFloat16 : torch::kFloat32);
+    policy->rotary.inv_freq = policy->rotary.inv_freq.to(dev);
+    reference->rotary.inv_freq = reference->rotary.inv_freq.to(dev);
+    policy->set_gradient_checkpointing(I("--checkpointing") != 0);
+    const int64_t V = policy->config().vocab_size;
+    std::mt19937_64 rng(1);
+    auto ids = [&](int64_t n) {
+      std::vector<int64_t> v(static_cast<size_t>(n));
+      for (auto& t : v) t = 3 + static_cast<int64_t>(rng() % static_cast<uint64_t>(std::min<int64_t>(V, 1024) - 3));
+      return v;
+    };
+    std::vector<rl::TrainSample> samples;
+    for (int64_t g = 0; g < I("--groups"); ++g) {
+      const auto prompt = ids(I("--prompt"));
+      for (int64_t i = 0; i < I("--group-size") + I("--turn2"); ++i) {
+        rl::TrainSample s;
+        s.prompt_ids = prompt;
+        if (i >= I("--group-size")) {  // a turn-2 context: the prompt, an earlier completion, feedback
+          auto more = ids(I("--extra"));
+          s.prompt_ids.insert(s.prompt_ids.end(), more.begin(), more.end());
+        }
+        s.completion_ids = ids(I("--completion") - 20 + static_cast<int64_t>(rng() % 41));
+        s.advantage = static_cast<double>(static_cast<int64_t>(rng() % 200) - 100) / 100.0;
+        s.segment_id = static_cast<int64_t>(samples.size());
+        samples.push_back(std::move(s));
+      }
+    }
+    std::vector<at::Tensor> params;
+    for (auto& p : policy->parameters()) params.push_back(p);
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-6));
+    auto side = [&](bool share) {
+      auto data = samples;
+      rl::UpdateOptions o;
+      o.share_prompts = share;
+      o.mini_batch_size = I("--mini-batch");
+      o.loss.kl_beta = 0.01;
+      o.autocast_bf16 = bf16;
+      o.max_len = I("--completion") + 20;
+      if (dev.is_cuda()) torch::cuda::synchronize();
+      const double t0 = bench::now_s();
+      rl::compute_old_logprobs(policy, &reference, data, o);
+      rl::ppo_update(policy, opt, params, data, o);
+      if (dev.is_cuda()) torch::cuda::synchronize();
+      return bench::now_s() - t0;
+    };
+    int64_t ctx = 0, comp = 0;
+    for (const auto& s : samples) {
+      ctx += static_cast<int64_t>(s.prompt_ids.size());
+      comp += static_cast<int64_t>(s.completion_ids.size());
+    }
+    std::printf("bench_update: preset %s, %s %s, %zu samples (%lld context + %lld completion tokens), mini-batch %lld, "
+                "checkpointing %lld\n",
+                a["--preset"].c_str(), a["--device"].c_str(), a["--dtype"].c_str(), samples.size(),
+                static_cast<long long>(ctx), static_cast<long long>(comp), static_cast<long long>(I("--mini-batch")),
+                static_cast<long long>(I("--checkpointing")));
+    std::fflush(stdout);
+    const auto pairs = bench::alternate([&] { return side(false); }, [&] { return side(true); },
+                                        static_cast<int>(I("--pairs")));
+    for (size_t i = 0; i < pairs.ratio.size(); ++i)
+      std::printf("pair %zu: unshared %.3f s, shared %.3f s, ratio %.3f\n", i + 1, pairs.a_s[i], pairs.b_s[i],
+                  pairs.ratio[i]);
+    std::printf("update time shared / unshared: %s (unshared median %.3f s, shared median %.3f s)\n",
+                pairs.summary().c_str(), bench::median(pairs.a_s), bench::median(pairs.b_s));
+  } catch (const std::exception& e) {
+    std::cerr << "bench_update: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
