@@ -41,8 +41,13 @@ std::pair<torch::Tensor, torch::Tensor> sample_next(const torch::Tensor& logits,
     sorted = sorted.masked_fill(remove, ninf);
     l = torch::empty_like(l).scatter_(-1, idx, sorted);
   }
-  auto probs = l.softmax(-1);
-  auto next = at::multinomial(probs, 1, false, gen).squeeze(-1);
+  // Inverse-CDF sampling: one uniform per row against the cumulative probabilities (float64),
+  // instead of multinomial's exponential variate per vocabulary entry ([B, V] random numbers
+  // and logarithms per token, an eighth of a tiny model's decode step). A token of probability 0
+  // (cut by top-k / top-p) spans an empty interval of the CDF and is never drawn.
+  auto cdf = l.softmax(-1).to(torch::kFloat64).cumsum(-1);
+  auto u = at::rand({cdf.size(0), 1}, gen, cdf.options()) * cdf.narrow(-1, cdf.size(-1) - 1, 1);
+  auto next = torch::searchsorted(cdf, u, /*out_int32=*/false, /*right=*/true).squeeze(-1).clamp_max(cdf.size(-1) - 1);
   auto lp = lsm.gather(-1, next.unsqueeze(-1)).squeeze(-1);
   return {next, lp};
 }
