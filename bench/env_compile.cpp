@@ -19,6 +19,8 @@
 #include "env/nvrtc_compiler.hpp"
 #include "util/fs.hpp"
 #include "util/subprocess.hpp"
+#include "pairs.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace fs = std::filesystem;
 using namespace leap;
@@ -37,11 +39,7 @@ void spit(const fs::path& p, const std::string& text) {
   out << text;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using leap::bench::median;
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -54,7 +52,6 @@ import torch
 from torch.utils.cpp_extension import load_inline
 cuda_src = open(sys.argv[1]).read() + r'''
 #include <torch/extension.h>
-#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 torch::Tensor relu_launch(torch::Tensor x) {
   auto y = torch::empty_like(x);
   long long n = x.numel();

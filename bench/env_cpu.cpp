@@ -29,6 +29,7 @@
 #include "tasks/task_spec.hpp"
 #include "util/fs.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
+#include "pairs.hpp"
 
 namespace fs = std::filesystem;
 using namespace leap;
@@ -86,10 +87,7 @@ Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, env::PoolOpti
   return p;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using leap::bench::median;
 
 }  // namespace
 
