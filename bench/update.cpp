@@ -60,14 +60,14 @@ int main(int argc, char** argv) {
     const bool bf16 = a["--dtype"] == "bf16";
     model::Transformer policy(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
     model::Transformer reference(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
+    policy->to(dev);  // fp32 master weights; random values drawn where they live
+    reference->to(dev, bf16 ? torch::kBFloat16 : torch::kFloat32);
     {
       torch::NoGradGuard ng;
       torch::manual_seed(0);
       for (auto& p : policy->parameters()) p.normal_(0.0, 0.02);
       for (auto& p : reference->parameters()) p.normal_(0.0, 0.02);
     }
-    policy->to(dev);
-    reference->to(dev, bf16 ? torch::kBFloat16 : torch::kFloat32);
     policy->rotary.inv_freq = policy->rotary.inv_freq.to(dev);
     reference->rotary.inv_freq = reference->rotary.inv_freq.to(dev);
     policy->set_gradient_checkpointing(I("--checkpointing") != 0);

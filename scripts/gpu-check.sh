@@ -32,10 +32,10 @@ fi
 
 # Every time limit of the check, in seconds, in one place (the stages sum to at most 360 s).
 BUILD_LIMIT_S=420
-declare -A STAGE_LIMITS=([preflight]=15 [tests]=80 [eval]=50 [twice]=40 [model]=90 [train]=80)
+declare -A STAGE_LIMITS=([preflight]=15 [tests]=75 [eval]=45 [twice]=40 [model]=80 [update]=35 [train]=70)
 LIMIT_SUM=0; for k in "${!STAGE_LIMITS[@]}"; do LIMIT_SUM=$((LIMIT_SUM + STAGE_LIMITS[$k])); done
 if [ "${1:-}" = "--limits" ]; then
-  for k in preflight tests eval twice model train; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
+  for k in preflight tests eval twice model update train; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
 fi
 [ "$LIMIT_SUM" -le 360 ] || { echo "gpu-check: stage limits sum to $LIMIT_SUM s, over 360 s"; exit 2; }
 BUILD_ONLY=0; [ "${1:-}" = "--build" ] && BUILD_ONLY=1
@@ -98,7 +98,7 @@ stage "build"
 BUILD=${LEAP_GPU_BUILD:-build-gpu}
 JOBS=$(nproc)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" >"$LOG/configure.log" 2>&1 &&
-   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap_tests bench_generate >"$LOG/build.log" 2>&1; then
+   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap_tests bench_generate bench_update >"$LOG/build.log" 2>&1; then
   STATUS[build]="ok ($(elapsed) s)"
 else
   STATUS[build]="FAILED"
@@ -196,6 +196,20 @@ PY
     STATUS[model]="not built"
   fi
 
+  # 4d. The update at Qwen2.5-1.5B shapes in bf16 autocast with layer checkpointing: prompt
+  # sharing against without, on quickstart-shaped samples (bench_update alternates the sides).
+  stage "update at Qwen2.5-1.5B shapes, bf16, shared vs unshared prompts"
+  if [ -x "$BUILD/bench_update" ]; then
+    timeout "${STAGE_LIMITS[update]}" "$BUILD/bench_update" --preset qwen2.5-1.5b --device cuda --dtype bf16 \
+      --checkpointing 1 --pairs 3 >"$LOG/update.log" 2>&1
+    rc=$?
+    tail -5 "$LOG/update.log"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | head -1
+    STATUS[update]="rc $rc: $(grep -o 'median [0-9.]* (min [0-9.]*, max [0-9.]*)' "$LOG/update.log" | head -1 || echo 'no ratio')"
+  else
+    STATUS[update]="not built"
+  fi
+
   # 5. A GPU policy and the cuda backend in one process (exec-started, sandboxed workers): two RL
   # steps of the tiny model after a short SFT on the starter cuda solutions; at least one answer
   # must have run on the GPU (correct or wrong_output), not every one failing to start.
@@ -230,8 +244,8 @@ PY
 fi
 
 stage "summary"
-printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model train; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
-for k in build tests eval reference twice model train; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
+printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model update train; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
+for k in build tests eval reference twice model update train; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
 echo "total $(elapsed) s"
 [ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]] &&
   [[ "${STATUS[train]}" == "rc 0, "[1-9]* ]]
