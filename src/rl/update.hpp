@@ -112,7 +112,10 @@ void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSamp
                                const UpdateOptions& options);
 
 /// Runs `ppo_epochs` epochs over `samples` (old log-probs must be filled; with segment_mean the
-/// fixed weights too, set_step_segment_weights): each optimizer step takes
+/// fixed weights too, set_step_segment_weights). Each epoch shuffles the share units of the
+/// samples' contexts (plan_prompt_sharing over all samples: in practice one per task group) and
+/// the samples inside each, and cuts that order into optimizer steps, so a group's samples train
+/// together (as verl's mini-batches hold whole groups); each optimizer step takes
 /// mini_batch_size * grad_accum samples, weighs them with step_weights, accumulates the gradients of its mini-batches, clips the global norm and steps
 /// `optimizer`. A non-finite loss or gradient zeroes the gradients, skips the step and is
 /// recorded in `events`; the weights stay as they were. `params` are the trained tensors.
