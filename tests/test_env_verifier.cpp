@@ -86,6 +86,12 @@ std::string softmax_code(const std::string& extra_before, const std::string& row
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+/// The project's python ($LEAP_PYTHON, else the checkout's .venv), for traced fixtures.
+std::string leap_test_python() {
+  if (const char* p = std::getenv("LEAP_PYTHON"); p != nullptr && *p != '\0') return p;
+  return std::string(LEAP_SOURCE_DIR) + "/.venv/bin/python";
+}
+
 EvalResult eval(const RuntimeTask& t, const std::string& text) {
   return shared().env->verifier->evaluate(t, text);
 }
@@ -326,6 +332,50 @@ tolerance: {atol: 1.0e-4, rtol: 1.0e-4}
   // A tiny constant output.
   auto constant = make("constant", "{normal: {mean: 0, std: 1}}", "torch.ones_like(x) * 1.0e-3 + (x * w) * 1.0e-9");
   CHECK(kinds(*constant).count("constant_pass"));
+}
+
+TEST_CASE("env: validate flags a reference with a baked-in device (a KernelBench trace made on the CPU)") {
+  leap::test::TempDir dir;
+  const std::string head = "sizes: {N: 64}\ninputs:\n  x: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}}}\n"
+                           "outputs:\n  y: {dtype: float32, shape: [N]}\n";
+  VerifierOptions o;
+  o.seeds = 2;
+  auto baked = [&](const std::string& name) {
+    RuntimeTask t(leap::tasks::load_task((dir.path / "set" / name).string()), "cpu");
+    std::string detail;
+    for (const auto& w : find_weaknesses(t, o))
+      if (w.kind == "baked_device") detail = w.detail;
+    return detail;
+  };
+  // TorchScript source that names the CPU, and the same written on the inputs' device.
+  dir.write("set/source_cpu/task.yaml", "name: source_cpu\n" + head +
+                                            "reference:\n  torchscript: |\n    def reference(x: Tensor) -> Tensor:\n"
+                                            "        return x + torch.ones(x.size(), device=torch.device(\"cpu\"))\n");
+  dir.write("set/source_ok/task.yaml", "name: source_ok\n" + head +
+                                           "reference:\n  torchscript: |\n    def reference(x: Tensor) -> Tensor:\n"
+                                           "        return x + torch.ones(x.size(), device=x.device)\n");
+  CHECK(contains(baked("source_cpu"), "device 'cpu' in aten::ones"));
+  CHECK(baked("source_ok").empty());
+  // A module traced on the CPU (what KernelBench's import writes): device=x.device becomes 'cpu'.
+  const std::string py = leap_test_python();
+  const std::string script = "import sys, torch\n"
+                             "class M(torch.nn.Module):\n"
+                             "    def forward(self, x):\n"
+                             "        return x + torch.ones(x.shape, device=x.device)\n"
+                             "torch.jit.trace(M(), torch.randn(64)).save(sys.argv[1])\n";
+  const std::string script_file = dir.write("trace.py", script);
+  const std::string pt = (dir.path / "set" / "traced" / "reference.pt").string();
+  fs::create_directories(dir.path / "set" / "traced");
+  REQUIRE(std::system(("'" + py + "' '" + script_file + "' '" + pt + "' >/dev/null 2>&1").c_str()) == 0);
+  dir.write("set/traced/task.yaml", "name: traced\n" + head + "reference:\n  file: reference.pt\n");
+  CHECK(contains(baked("traced"), "device 'cpu' in aten::ones"));
+  // leap tasks validate names it and exits 1.
+  auto r = leap::test::run_leap("tasks validate " + (dir.path / "set").string() + " --set env.cache_dir=" +
+                                shared().cache.path.string() + " --set env.seeds=2");
+  CAPTURE(r.out);
+  CHECK(r.rc == 1);
+  CHECK(contains(r.out, "WEAK baked_device"));
+  CHECK(contains(r.out, "3 tasks: 2 with problems"));
 }
 
 TEST_CASE("env: leap tasks validate tasks/starter reports no weak task and every cpu solution correct") {

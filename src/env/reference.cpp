@@ -10,6 +10,7 @@
 #include "util/fatal.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <cmath>
@@ -111,6 +112,42 @@ Reference compile_reference(const std::string& torchscript, const std::string& f
       throw Error(where + ".file " + file + " has no 'reference' or 'forward' method");
   }
   return ref;
+}
+
+namespace {
+
+void find_device_constants(torch::jit::Block* block, std::vector<std::string>& out) {
+  for (torch::jit::Node* n : block->nodes()) {
+    for (torch::jit::Block* b : n->blocks()) find_device_constants(b, out);
+    std::optional<c10::Device> dev;
+    if (n->kind() == c10::prim::Constant && n->outputs().size() == 1 &&
+        n->output()->type()->kind() == c10::TypeKind::DeviceObjType) {
+      if (auto v = torch::jit::toIValue(n->output()); v && v->isDevice()) dev = v->toDevice();
+    } else if (n->kind() == c10::aten::device && n->inputs().size() == 1) {  // torch.device("cpu")
+      if (auto v = torch::jit::toIValue(n->input()); v && v->isString()) dev = c10::Device(v->toStringRef());
+    }
+    if (!dev) continue;
+    std::string users;
+    for (const auto& u : n->output()->uses()) {
+      std::string k = u.user->kind().toQualString();
+      if (users.find(k) == std::string::npos) users += (users.empty() ? "" : ", ") + k;
+    }
+    out.push_back("device '" + dev->str() + "'" + (users.empty() ? std::string() : " in " + users));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Reference::baked_devices() const {
+  std::shared_ptr<torch::jit::Graph> graph;
+  if (impl->cu)
+    graph = torch::jit::toGraphFunction(impl->cu->get_function("reference")).graph()->copy();
+  else
+    graph = impl->module.get_method(impl->method).graph()->copy();
+  torch::jit::Inline(*graph);
+  std::vector<std::string> out;
+  find_device_constants(graph->block(), out);
+  return out;
 }
 
 // ---- RuntimeTask ------------------------------------------------------------------------------

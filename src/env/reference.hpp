@@ -28,6 +28,13 @@ struct Reference {
   /// Throws leap::Error naming `file` when it fails or returns something other than a Tensor, a
   /// tuple of Tensors or a list of Tensors.
   std::vector<torch::Tensor> call(std::vector<c10::IValue> args) const;
+
+  /// Devices written into the reference as constants (a torch.jit.trace records
+  /// `torch.zeros(n, device=x.device)` as device 'cpu' when traced on the CPU): one line per
+  /// constant, "device 'cpu' in aten::zeros". Such a reference cannot follow its inputs to the
+  /// GPU (its results land on the baked device, or the call fails), so `leap tasks validate`
+  /// flags it (baked_device). Looks through calls of submodules and functions (inlined copy).
+  std::vector<std::string> baked_devices() const;
 };
 
 /// Time limit of one reference call in this process, seconds (`env.reference_timeout_s`; <= 0:

@@ -111,6 +111,14 @@ Verifier::Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool>
 EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) {
   const size_t maxc = options_.feedback_max_chars;
   auto fail = [&](Verdict v, const std::string& text) { return EvalResult::make(v, text, maxc); };
+  // An infrastructure error: the evaluation could not be carried out (the reference did not run on
+  // the GPU). Stored, counted, never scored (verdict.hpp).
+  auto infra = [&](const std::string& what) {
+    EvalResult r = fail(Verdict::infra_error,
+                        "infrastructure error (not a fault of the answer; this evaluation is not scored): " + what);
+    r.details["infra_error"] = what;
+    return r;
+  };
 
   // 1. Format: the blocks and the launch plan.
   ExtractedAnswer ans;
@@ -370,8 +378,9 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   };
 
   // The reference's times: in a worker on the GPU (cuda backend with a device), else here on
-  // the CPU; both on the one schedule (env/timing_schedule.hpp), TF32 off for fp32.
-  auto time_reference = [&](double& ms, int& n) {
+  // the CPU; both on the one schedule (env/timing_schedule.hpp), TF32 off for fp32. Returns why
+  // the GPU reference could not be timed (an infrastructure error: never a CPU time instead).
+  auto time_reference = [&](double& ms, int& n) -> std::optional<std::string> {
     std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
     BoundPlan rplan = bound;
     for (int r = 1; r < R; ++r)
@@ -384,24 +393,24 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     RunRequest rreq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
     rreq.warmup_ms = options_.warmup_ms;
     rreq.min_timed_ms = options_.min_timed_ms;
-    if (!gpu_reference.empty() && !ok.details.count("reference_gpu_error")) {
+    if (!gpu_reference.empty()) {
       rreq.reference = ReferenceProgram{task.spec().reference.torchscript, task.spec().reference.file, task.spec().file,
                                         static_cast<int>(n_in)};
       SharedBuffers rbuf(rplan.tensors);
       for (int r = 0; r < R; ++r)
         for (size_t i = 0; i < n_in; ++i)
           write_tensor(rbuf, static_cast<size_t>(rotations[static_cast<size_t>(r)][i]), set_inputs[static_cast<size_t>(r)][i]);
-      RunOutcome run;
-      run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
+      RunOutcome run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
       if (run.ok() && !run.times_ms.empty()) {
         ms = median(run.times_ms);
         n = static_cast<int>(run.times_ms.size());
         reference_device = gpu_reference;
-        return;
+        return std::nullopt;
       }
-      // Not expected (the reference ran on the CPU already); the CPU time is recorded instead, and why.
-      ok.details["reference_gpu_error"] = run.ok() ? std::string("no trials ran") : run_failure_text(run);
-      rreq.reference.reset();
+      // The reference ran on the CPU already (correctness), so this is the environment's fault; a
+      // CPU time would make the speedup GPU candidate over CPU reference: no speedup at all.
+      return "the reference could not be timed on " + gpu_reference + ": " +
+             (run.ok() ? std::string("no trials ran") : run_failure_text(run));
     }
     reference_device = "cpu";
     std::lock_guard<std::mutex> lock(reference_mutex_);
@@ -417,21 +426,26 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     run_timing_schedule(rreq, static_cast<size_t>(R), hooks, run);
     ms = median(run.times_ms);
     n = static_cast<int>(run.times_ms.size());
+    return std::nullopt;
   };
 
   // One exclusive window of the device per measurement: the candidate's timing job, then the
   // reference's, back to back; the checks of the candidate's runs come after, outside it.
+  // A reference that cannot be timed on its device is an infrastructure error (after the
+  // candidate's own checks: a wrong timed call is still the answer's verdict).
   auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
     TimingJob job = prepare_job(strict);
+    std::optional<std::string> reference_error;
     {
       std::lock_guard<DeviceLock> window(device_lock_);
       job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
-      if (job.run.ok()) time_reference(rms, rn);
+      if (job.run.ok()) reference_error = time_reference(rms, rn);
     }
-    return verify_job(job, cms, cn);
+    if (auto bad = verify_job(job, cms, cn)) return bad;
+    if (reference_error) return infra(*reference_error);
+    return std::nullopt;
   };
   if (auto bad = measure(false, cand_ms, cand_n, ref_ms, ref_n)) return *bad;
-  const std::string first_device = reference_device;
   double speedup = ref_ms / std::max(cand_ms, 1e-9);
   ok.details["trials_candidate"] = std::to_string(cand_n);
   ok.details["trials_reference"] = std::to_string(ref_n);
@@ -444,8 +458,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     if (auto bad = measure(true, c2, n2, r2, rn2)) return *bad;
     const double first = speedup;
     cand_ms = std::max(cand_ms, c2);
-    // (both reference times from one device; else the re-measured one, see time_reference)
-    ref_ms = reference_device == first_device ? std::min(ref_ms, r2) : r2;
+    ref_ms = std::min(ref_ms, r2);  // (both from the same device: a failed GPU reference is an infra_error)
     speedup = ref_ms / std::max(cand_ms, 1e-9);
     if (speedup > options_.suspicious_speedup) {
       // Still above: flagged, and never worth more than the threshold (rewards, rank keys,

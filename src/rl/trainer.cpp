@@ -525,7 +525,8 @@ struct StepSamples {
   std::vector<bool> trained;  ///< per group: its turns are samples (not dropped by DAPO dynamic sampling)
 };
 
-/// One sample per graded turn and per summary with tokens, each with its turn-credited advantage
+/// One sample per graded turn and per summary with tokens (void rollouts, RolloutResult::
+/// infra_error, have none), each with its turn-credited advantage
 /// (a summary shares the credit of the turn it makes room for) and a segment id unique over the
 /// step's global batch (`lo`: this rank's first group).
 StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vector<std::vector<ScoredRollout>>& scored,
@@ -549,6 +550,7 @@ StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vec
     const size_t G = groups[g].rollouts.size();
     for (size_t i = 0; i < G; ++i) {
       const auto& ro = groups[g].rollouts[i];
+      if (ro.infra_error()) continue;  // void (the environment failed): no sample, no weight in the loss
       const auto& ta = scored[g][i].turn_advantages;
       const int64_t seg_base = static_cast<int64_t>(((lo + g) * G + i) * 4096);
       for (size_t t = 0; t < ro.turns.size(); ++t) add(ro.turns[t], ta[t], seg_base + ro.turns[t].segment, {g, i, t, false});
@@ -593,6 +595,7 @@ void add_metrics(store::StepRecord& rec, const StepCounters& c, const UpdateStat
   metric("env_calls", static_cast<double>(c.env_calls));
   metric("env_calls_saved", static_cast<double>(c.env_calls_saved));
   metric("recovered", static_cast<double>(c.recovered));
+  metric("infra_errors", static_cast<double>(c.infra_errors));
   metric("generation_seconds", c.generation_seconds);
   metric("env_seconds", c.env_seconds);
   metric("update_seconds", update_s);
