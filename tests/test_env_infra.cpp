@@ -160,6 +160,16 @@ TEST_CASE("env infra: a GPU reference that cannot be timed is an infra_error, ne
     CHECK(std::isnan(r.reference_ms));
     CHECK(r.details.count("reference_device") == 0);
   }
+  SUBCASE("the reference runs out of device memory twice: retried once, infra_error") {
+    rig.faults->reference_mode = 2;
+    EvalResult r = rig.verifier->evaluate(task, good);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::infra_error);
+    CHECK(rig.faults->reference_jobs.load() == 2);
+    CHECK(r.details.at("infra_retries") == "1");
+    CHECK(contains(r.details.at("infra_error"), "out of device memory"));
+    CHECK(std::isnan(r.speedup));
+  }
   SUBCASE("a wrong answer is still the answer's verdict (correctness comes first)") {
     rig.faults->reference_mode = 1;
     std::string wrong = good;
@@ -169,6 +179,58 @@ TEST_CASE("env infra: a GPU reference that cannot be timed is an infra_error, ne
     EvalResult r = rig.verifier->evaluate(task, wrong);
     CAPTURE(r.feedback);
     CHECK(r.verdict == Verdict::wrong_output);
+  }
+}
+
+TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twice is an infra_error") {
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string good = slurp(kStarter + "/relu/solutions/cpu_loop.md");
+  EvalResult base = rig.verifier->evaluate(task, good);
+  REQUIRE(base.verdict == Verdict::correct);
+  const int jobs = rig.faults->candidate_jobs.exchange(0);  // 2 seeds + 1 timing job
+  CHECK(jobs == 3);
+
+  SUBCASE("once: retried, judged as usual") {
+    rig.faults->oom_replies = 1;
+    EvalResult r = rig.verifier->evaluate(task, good);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::correct);
+    CHECK(rig.faults->candidate_jobs.load() == jobs + 1);
+    CHECK(r.details.at("infra_retries") == "1");
+    CHECK(std::isfinite(r.speedup));
+  }
+  SUBCASE("twice on a correctness run: infra_error, nothing judged") {
+    rig.faults->oom_replies = 2;
+    EvalResult r = rig.verifier->evaluate(task, good);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::infra_error);
+    CHECK(rig.faults->candidate_jobs.load() == 2);  // the first job and its one retry, then stop
+    CHECK(r.details.at("infra_retries") == "1");
+    CHECK(contains(r.details.at("infra_error"), "CUDA_ERROR_OUT_OF_MEMORY"));
+    CHECK(contains(r.details.at("infra_error"), "twice"));
+    CHECK(std::isnan(r.speedup));
+  }
+  SUBCASE("twice on the timing job: infra_error after the correctness runs passed") {
+    rig.faults->skip_jobs = 2;  // the 2 correctness jobs run; the timing job and its retry fault
+    rig.faults->oom_replies = 2;
+    EvalResult r = rig.verifier->evaluate(task, good);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::infra_error);
+    CHECK(rig.faults->candidate_jobs.load() == 4);
+    CHECK(contains(r.details.at("infra_error"), "during the timing runs"));
+    CHECK(std::isnan(r.speedup));
+    CHECK(std::isnan(r.candidate_ms));
+  }
+  SUBCASE("once on the timing job: retried on fresh buffers, correct") {
+    rig.faults->skip_jobs = 2;
+    rig.faults->oom_replies = 1;
+    EvalResult r = rig.verifier->evaluate(task, good);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::correct);
+    CHECK(rig.faults->candidate_jobs.load() == 4);
+    CHECK(r.details.at("infra_retries") == "1");
+    CHECK(std::isfinite(r.speedup));
   }
 }
 

@@ -112,11 +112,13 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   const size_t maxc = options_.feedback_max_chars;
   auto fail = [&](Verdict v, const std::string& text) { return EvalResult::make(v, text, maxc); };
   // An infrastructure error: the evaluation could not be carried out (the reference did not run on
-  // the GPU). Stored, counted, never scored (verdict.hpp).
+  // the GPU, the device was out of memory twice). Stored, counted, never scored (verdict.hpp).
+  int infra_retries = 0;  // worker jobs run again after an infra_error reply (out of memory)
   auto infra = [&](const std::string& what) {
     EvalResult r = fail(Verdict::infra_error,
                         "infrastructure error (not a fault of the answer; this evaluation is not scored): " + what);
     r.details["infra_error"] = what;
+    r.details["infra_retries"] = std::to_string(infra_retries);
     return r;
   };
 
@@ -219,12 +221,18 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     for (size_t i = 0; i < n_in; ++i) write_tensor(buf, i, inputs[i]);
     for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
     RunOutcome run;
-    {
-      std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
-      run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+    for (int attempt = 0;; ++attempt) {
+      {
+        std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
+        run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+      }
+      if (run.verdict != Verdict::infra_error || attempt == 1) break;
+      ++infra_retries;  // the device was out of memory: once more, from poisoned outputs again
+      for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
     }
     const std::string when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(options_.seeds) +
                              " (inputs: " + inputs_text(task, s) + ")";
+    if (run.verdict == Verdict::infra_error) return infra(run.message + " (twice) [" + when + "]");
     if (!run.ok()) return fail(run.verdict, run_failure_text(run) + " [" + when + "]");
     std::vector<torch::Tensor> refs = reference(inputs);
     if (s == 0)
@@ -401,6 +409,10 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
         for (size_t i = 0; i < n_in; ++i)
           write_tensor(rbuf, static_cast<size_t>(rotations[static_cast<size_t>(r)][i]), set_inputs[static_cast<size_t>(r)][i]);
       RunOutcome run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
+      if (run.verdict == Verdict::infra_error) {  // out of device memory: once more
+        ++infra_retries;
+        run = pool_->run(comp.artifact, rplan, rbuf, rreq);
+      }
       if (run.ok() && !run.times_ms.empty()) {
         ms = median(run.times_ms);
         n = static_cast<int>(run.times_ms.size());
@@ -410,7 +422,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       // The reference ran on the CPU already (correctness), so this is the environment's fault; a
       // CPU time would make the speedup GPU candidate over CPU reference: no speedup at all.
       return "the reference could not be timed on " + gpu_reference + ": " +
-             (run.ok() ? std::string("no trials ran") : run_failure_text(run));
+             (run.ok() ? std::string("no trials ran") : run_failure_text(run)) +
+             (run.verdict == Verdict::infra_error ? " (twice)" : "");
     }
     reference_device = "cpu";
     std::lock_guard<std::mutex> lock(reference_mutex_);
@@ -431,16 +444,24 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
 
   // One exclusive window of the device per measurement: the candidate's timing job, then the
   // reference's, back to back; the checks of the candidate's runs come after, outside it.
-  // A reference that cannot be timed on its device is an infrastructure error (after the
-  // candidate's own checks: a wrong timed call is still the answer's verdict).
+  // A job that ran out of device memory (infra_error) is run once more, on fresh buffers; a
+  // second one, or a reference that cannot be timed on its device, is an infrastructure error
+  // (after the candidate's own checks: a wrong timed call is still the answer's verdict).
   auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
     TimingJob job = prepare_job(strict);
     std::optional<std::string> reference_error;
     {
       std::lock_guard<DeviceLock> window(device_lock_);
       job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+      if (job.run.verdict == Verdict::infra_error) {
+        ++infra_retries;
+        job = prepare_job(strict);
+        job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+      }
       if (job.run.ok()) reference_error = time_reference(rms, rn);
     }
+    if (job.run.verdict == Verdict::infra_error)
+      return infra(job.run.message + " (twice) [during the timing runs, after passing the correctness checks]");
     if (auto bad = verify_job(job, cms, cn)) return bad;
     if (reference_error) return infra(*reference_error);
     return std::nullopt;
@@ -474,6 +495,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     }
   }
   ok.details["reference_device"] = reference_device;
+  if (infra_retries) ok.details["infra_retries"] = std::to_string(infra_retries);
   ok.candidate_ms = cand_ms;
   ok.reference_ms = ref_ms;
   ok.speedup = speedup;

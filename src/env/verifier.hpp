@@ -47,8 +47,9 @@ struct VerifierOptions {
 /// Correctness always compares with the reference run here on the CPU.
 ///
 /// Infrastructure errors (Verdict::infra_error, docs/env.md "Infrastructure errors"): a GPU
-/// reference that cannot be timed is never replaced by a CPU time; details["infra_error"] holds
-/// the reason.
+/// reference that cannot be timed is never replaced by a CPU time; a worker job that replies
+/// infra_error (out of device memory) is run once more, and a second such reply is the verdict.
+/// details["infra_error"] holds the reason, details["infra_retries"] the jobs run again.
 class Verifier {
  public:
   Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool> pool, VerifierOptions options = {});
