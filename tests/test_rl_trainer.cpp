@@ -127,7 +127,7 @@ int64_t scalar(store::Store& db, const std::string& sql) {
 
 }  // namespace
 
-TEST_CASE("rl trainer: GRPO raises the share of accepted answers (binary reward, fixed seed)") {
+TEST_CASE("rl trainer: GRPO raises the share of accepted answers (binary reward, over training seeds)") {
   const fs::path& root = tiny_model();
   auto exp = small_experiment(root);
   // The rule is fixed before training: the most frequent first characters of the untrained
@@ -146,18 +146,36 @@ TEST_CASE("rl trainer: GRPO raises the share of accepted answers (binary reward,
   const double before = share_in(before_chars, grader.chars);
   REQUIRE(before < 0.6);
 
-  test::TempDir out;
-  store::Store db(out.path / "leap.db");
-  const auto s = train_run(exp, db, grader, (out.path / "results").string());
-  CHECK(s.steps == 8);
-  REQUIRE_FALSE(s.checkpoint.empty());
-  const double after = share_in(first_chars(s.checkpoint, exp), grader.chars);
-  MESSAGE("accepted share before " << before << ", after " << after);
-  CHECK(after > before + 0.15);
-  CHECK(db.count_rows("steps") == 8);
-  CHECK(db.count_rows("rollouts") == 8 * 2 * 8);
-  CHECK(scalar(db, "SELECT COUNT(*) FROM metrics WHERE name = 'loss'") == 8);
-  CHECK(scalar(db, "SELECT COUNT(*) FROM turns WHERE old_logprob_mean IS NULL") == 0);
+  // Three training seeds (rollout sampling and shuffling), the same rule and the same measurement.
+  // What is asserted is learning, not one seed's luck: the mean gain over the seeds is at least
+  // 0.10, about 3 standard errors of that mean under no learning at all (one share of 128
+  // answers near 0.3 has a binomial standard error of 0.04, a gain of two such shares 0.057, the
+  // mean of three 0.033), and no seed moves the share down.
+  const std::vector<int64_t> seeds = {0, 1, 2};
+  std::vector<double> gains;
+  for (int64_t seed : seeds) {
+    CAPTURE(seed);
+    exp.train.seed = seed;
+    test::TempDir out;
+    store::Store db(out.path / "leap.db");
+    const auto s = train_run(exp, db, grader, (out.path / "results").string());
+    CHECK(s.steps == 8);
+    REQUIRE_FALSE(s.checkpoint.empty());
+    const double after = share_in(first_chars(s.checkpoint, exp), grader.chars);
+    MESSAGE("seed " << seed << ": accepted share before " << before << ", after " << after);
+    gains.push_back(after - before);
+    if (seed == seeds.front()) {  // the run's rows (once)
+      CHECK(db.count_rows("steps") == 8);
+      CHECK(db.count_rows("rollouts") == 8 * 2 * 8);
+      CHECK(scalar(db, "SELECT COUNT(*) FROM metrics WHERE name = 'loss'") == 8);
+      CHECK(scalar(db, "SELECT COUNT(*) FROM turns WHERE old_logprob_mean IS NULL") == 0);
+    }
+  }
+  double mean = 0;
+  for (double g : gains) mean += g / static_cast<double>(gains.size());
+  MESSAGE("mean gain " << mean << " over " << gains.size() << " seeds");
+  CHECK(mean >= 0.10);
+  CHECK(*std::min_element(gains.begin(), gains.end()) > 0.0);
 }
 
 TEST_CASE("rl trainer: answers graded infra_error are void: stored, counted, no reward, no sample") {

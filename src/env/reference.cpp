@@ -470,8 +470,12 @@ Comparison compare_output(const torch::Tensor& got_in, const torch::Tensor& ref_
     torch::Tensor finite = torch::isfinite(ref);
     torch::Tensor fr = ref.masked_select(finite);
     c.ref_rms = fr.numel() ? std::sqrt(fr.square().mean().item<double>()) : 0.0;
-    const double grow = declared_rms > 0 ? std::max(1.0, c.ref_rms / declared_rms) : 1.0;
-    c.atol_eff = std::min(atol * grow, kAtolRmsFraction * c.ref_rms);
+    // The absolute term in units of the output's own scale (its declared rms when above 1: fp32
+    // rounding of a long reduction grows with its magnitude), grown with outputs larger than that
+    // scale (large-magnitude inputs), capped at a tenth of the reference's rms.
+    const double scale = declared_rms > 0 ? declared_rms : c.ref_rms;
+    const double grow = scale > 0 ? std::max(1.0, c.ref_rms / scale) : 1.0;
+    c.atol_eff = std::min(atol * std::max(1.0, scale) * grow, kAtolRmsFraction * c.ref_rms);
     torch::Tensor ok_finite = diff.le(c.atol_eff + rtol * ref.abs());  // false for NaN in got
     torch::Tensor ok_nonfinite = torch::where(torch::isnan(ref), torch::isnan(got), got.eq(ref));
     bad = torch::where(finite, ok_finite, ok_nonfinite).logical_not();
