@@ -623,10 +623,8 @@ TEST_CASE("env cuda gpu: the reference of a starter cuda solution is timed on th
     RuntimeTask task(leap::tasks::load_task(kStarter + "/" + name), "cuda");
     auto r = env->verifier->evaluate(task, slurp(kStarter + "/" + name + "/solutions/" + file));
     CAPTURE(r.feedback);
-    REQUIRE(r.verdict == Verdict::correct);
-    CAPTURE(r.details.count("reference_gpu_error") ? r.details.at("reference_gpu_error") : std::string());
+    REQUIRE(r.verdict == Verdict::correct);  // (a reference that cannot be timed there is infra_error)
     CHECK(r.details.at("reference_device") == "cuda:0");
-    CHECK(r.details.count("reference_gpu_error") == 0);
     CHECK(std::isfinite(r.reference_ms));
     CHECK(r.reference_ms > 0);
     CHECK(std::stoi(r.details.at("trials_reference")) >= 1);

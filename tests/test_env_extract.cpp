@@ -91,7 +91,7 @@ TEST_CASE("env: extract format errors") {
 }
 
 TEST_CASE("env: verdict names round-trip and feedback is bounded") {
-  for (int i = 0; i <= static_cast<int>(Verdict::correct); ++i) {
+  for (int i = 0; i <= static_cast<int>(Verdict::infra_error); ++i) {
     auto v = static_cast<Verdict>(i);
     CHECK(verdict_from_string(to_string(v)) == v);
   }

@@ -85,7 +85,9 @@ struct RunRequest {
 /// Result of running a launch sequence in a worker.
 struct RunOutcome {
   /// `correct` here means only "ran to completion" (outputs are checked by the verifier);
-  /// otherwise launch_error, runtime_error or timeout.
+  /// otherwise launch_error, runtime_error or timeout, or infra_error when the device could not
+  /// take the job for a reason not of the code's making (out of device memory while setting it
+  /// up, a reference that ran out of memory): the verifier retries such a job once.
   Verdict verdict = Verdict::correct;
   std::string message;          ///< what went wrong, for feedback (empty when it ran)
   int failed_launch = -1;       ///< index of the launch that failed or was running, or -1
@@ -135,7 +137,8 @@ class Backend {
   /// times over `request.rotations` (its inputs are tensors 0 .. reference.inputs-1 of each
   /// rotation, read from `tensors`, laid out as `plan.tensors`), and returns one time per trial
   /// in milliseconds, measured like a candidate's. Nothing is written back to `tensors`. A
-  /// failure is a runtime_error with the reason. The default says the backend cannot do it.
+  /// failure is a runtime_error with the reason (infra_error when the device ran out of memory);
+  /// either is an infrastructure error of the evaluation. The default says the backend cannot.
   virtual RunOutcome time_reference(const ReferenceProgram& reference, const BoundPlan& plan,
                                     const std::vector<void*>& tensors, const RunRequest& request) {
     (void)reference, (void)plan, (void)tensors, (void)request;

@@ -186,10 +186,18 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   } job{d, poisoned_};
 
   // Fills `out` for a failed driver call; a sticky error poisons the context. Returns `out`.
+  bool scratch_allocated = false;  // the answer's scratch holds device memory (see `fail`)
   auto fail = [&](Verdict v, const std::string& text, CUresult r, int launch) -> RunOutcome& {
     out.verdict = v;
     out.failed_launch = launch;
     out.message = text + (r == CUDA_SUCCESS ? std::string() : ": " + cuda_error_text(r));
+    // Out of device memory while the environment sets the job up (the task's tensors, the flush
+    // and poison buffers) before any of the answer's scratch was allocated: other processes hold
+    // the memory, so it says nothing about the answer; the verifier runs the job once more
+    // (docs/env.md "Infrastructure errors"). Once the answer's scratch holds device memory, or at
+    // launch (the kernel's own needs), an out-of-memory is the answer's launch_error.
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && launch < 0 && v != Verdict::launch_error)
+      out.verdict = scratch_allocated ? Verdict::launch_error : Verdict::infra_error;
     if (cuda_error_is_sticky(r)) {
       poisoned_ = true;
       out.verdict = Verdict::runtime_error;
@@ -303,13 +311,15 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   job.buffers.assign(plan.tensors.size(), 0);
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const size_t bytes = plan.tensors[i].bytes();
+    const bool scratch = plan.tensors[i].role == TensorRole::scratch;
     r = d.cuMemAlloc(&job.buffers[i], std::max<size_t>(bytes, 1));
     if (r != CUDA_SUCCESS) {
       job.buffers[i] = 0;
-      return fail(Verdict::launch_error,
+      return fail(r == CUDA_ERROR_OUT_OF_MEMORY && !scratch ? Verdict::runtime_error : Verdict::launch_error,
                   "cannot allocate " + std::to_string(bytes) + " bytes of device memory for '" + plan.tensors[i].name + "'",
                   r, -1);
     }
+    scratch_allocated = scratch_allocated || scratch;
     if (bytes && (r = d.cuMemcpyHtoD(job.buffers[i], tensors.at(i), bytes)) != CUDA_SUCCESS)
       return fail(Verdict::runtime_error, "copying '" + plan.tensors[i].name + "' to the GPU", r, -1);
   }

@@ -65,7 +65,15 @@ class Tf32Off {
 };
 
 /// A CUDA failure as a leap::Error "<what>: CUDA_ERROR_... (...)".
-void check(CUresult r, const char* what) { cuda_check(r, what); }
+/// CUDA_ERROR_OUT_OF_MEMORY from a driver call of the reference job (an infrastructure error).
+struct DeviceOutOfMemory : Error {
+  using Error::Error;
+};
+
+void check(CUresult r, const char* what) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) throw DeviceOutOfMemory(std::string(what) + ": " + cuda_error_text(r));
+  cuda_check(r, what);
+}
 
 /// Sets up the context, stream, events and flush buffer once per process.
 void set_up(const CudaDriverApi& d, GpuState& g, int device, int64_t l2_flush_bytes) {
@@ -163,10 +171,26 @@ RunOutcome time_reference_on_gpu(const ReferenceProgram& reference, const BoundP
     }
     // The tensors are gone: give LibTorch's cached blocks back, for the candidates of this worker.
     c10::cuda::CUDACachingAllocator::emptyCache();
-  } catch (const std::exception& e) {
+  } catch (const c10::OutOfMemoryError& e) {
+    // Out of device memory (LibTorch's allocator): the environment's fault, run once more by the
+    // verifier (an infra_error). Give back what this job cached first.
     out = RunOutcome{};
-    out.verdict = Verdict::runtime_error;
-    out.message = where + " failed: " + e.what();
+    out.verdict = Verdict::infra_error;
+    out.message = where + " ran out of device memory: " + std::string(e.what_without_backtrace());
+    try {
+      c10::cuda::CUDACachingAllocator::emptyCache();
+    } catch (...) {
+    }
+  } catch (const DeviceOutOfMemory& e) {
+    out = RunOutcome{};
+    out.verdict = Verdict::infra_error;
+    out.message = where + " ran out of device memory: " + e.what();
+  } catch (const std::exception& e) {
+    // (TorchScript's interpreter may rethrow LibTorch's out-of-memory as a plain error.)
+    const std::string what = e.what();
+    out = RunOutcome{};
+    out.verdict = what.find("CUDA out of memory") != std::string::npos ? Verdict::infra_error : Verdict::runtime_error;
+    out.message = where + " failed: " + what;
   }
   return out;
 }

@@ -42,7 +42,8 @@ namespace leap::env {
 /// `request.warmup` untimed runs, within `request.max_seconds` (warm-up stops at half of it, at
 /// least every input set and one trial run). `l2_flush_bytes` <= 0 means 2x the device's L2 (at
 /// least 8 MiB). Never throws: a reference that fails to compile or to run, or a CUDA error, is a
-/// runtime_error whose message names the device and the reason.
+/// runtime_error whose message names the device and the reason; out of device memory (LibTorch's
+/// OutOfMemoryError, CUDA_ERROR_OUT_OF_MEMORY) is an infra_error (the verifier runs it again once).
 RunOutcome time_reference_on_gpu(const ReferenceProgram& reference, const BoundPlan& plan,
                                  const std::vector<void*>& tensors, const RunRequest& request, int device,
                                  int64_t l2_flush_bytes);

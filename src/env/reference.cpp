@@ -10,6 +10,7 @@
 #include "util/fatal.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <cmath>
@@ -111,6 +112,42 @@ Reference compile_reference(const std::string& torchscript, const std::string& f
       throw Error(where + ".file " + file + " has no 'reference' or 'forward' method");
   }
   return ref;
+}
+
+namespace {
+
+void find_device_constants(torch::jit::Block* block, std::vector<std::string>& out) {
+  for (torch::jit::Node* n : block->nodes()) {
+    for (torch::jit::Block* b : n->blocks()) find_device_constants(b, out);
+    std::optional<c10::Device> dev;
+    if (n->kind() == c10::prim::Constant && n->outputs().size() == 1 &&
+        n->output()->type()->kind() == c10::TypeKind::DeviceObjType) {
+      if (auto v = torch::jit::toIValue(n->output()); v && v->isDevice()) dev = v->toDevice();
+    } else if (n->kind() == c10::aten::device && n->inputs().size() == 1) {  // torch.device("cpu")
+      if (auto v = torch::jit::toIValue(n->input()); v && v->isString()) dev = c10::Device(v->toStringRef());
+    }
+    if (!dev) continue;
+    std::string users;
+    for (const auto& u : n->output()->uses()) {
+      std::string k = u.user->kind().toQualString();
+      if (users.find(k) == std::string::npos) users += (users.empty() ? "" : ", ") + k;
+    }
+    out.push_back("device '" + dev->str() + "'" + (users.empty() ? std::string() : " in " + users));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Reference::baked_devices() const {
+  std::shared_ptr<torch::jit::Graph> graph;
+  if (impl->cu)
+    graph = torch::jit::toGraphFunction(impl->cu->get_function("reference")).graph()->copy();
+  else
+    graph = impl->module.get_method(impl->method).graph()->copy();
+  torch::jit::Inline(*graph);
+  std::vector<std::string> out;
+  find_device_constants(graph->block(), out);
+  return out;
 }
 
 // ---- RuntimeTask ------------------------------------------------------------------------------
@@ -433,8 +470,12 @@ Comparison compare_output(const torch::Tensor& got_in, const torch::Tensor& ref_
     torch::Tensor finite = torch::isfinite(ref);
     torch::Tensor fr = ref.masked_select(finite);
     c.ref_rms = fr.numel() ? std::sqrt(fr.square().mean().item<double>()) : 0.0;
-    const double grow = declared_rms > 0 ? std::max(1.0, c.ref_rms / declared_rms) : 1.0;
-    c.atol_eff = std::min(atol * grow, kAtolRmsFraction * c.ref_rms);
+    // The absolute term in units of the output's own scale (its declared rms when above 1: fp32
+    // rounding of a long reduction grows with its magnitude), grown with outputs larger than that
+    // scale (large-magnitude inputs), capped at a tenth of the reference's rms.
+    const double scale = declared_rms > 0 ? declared_rms : c.ref_rms;
+    const double grow = scale > 0 ? std::max(1.0, c.ref_rms / scale) : 1.0;
+    c.atol_eff = std::min(atol * std::max(1.0, scale) * grow, kAtolRmsFraction * c.ref_rms);
     torch::Tensor ok_finite = diff.le(c.atol_eff + rtol * ref.abs());  // false for NaN in got
     torch::Tensor ok_nonfinite = torch::where(torch::isnan(ref), torch::isnan(got), got.eq(ref));
     bad = torch::where(finite, ok_finite, ok_nonfinite).logical_not();

@@ -28,6 +28,13 @@ struct Reference {
   /// Throws leap::Error naming `file` when it fails or returns something other than a Tensor, a
   /// tuple of Tensors or a list of Tensors.
   std::vector<torch::Tensor> call(std::vector<c10::IValue> args) const;
+
+  /// Devices written into the reference as constants (a torch.jit.trace records
+  /// `torch.zeros(n, device=x.device)` as device 'cpu' when traced on the CPU): one line per
+  /// constant, "device 'cpu' in aten::zeros". Such a reference cannot follow its inputs to the
+  /// GPU (its results land on the baked device, or the call fails), so `leap tasks validate`
+  /// flags it (baked_device). Looks through calls of submodules and functions (inlined copy).
+  std::vector<std::string> baked_devices() const;
 };
 
 /// Time limit of one reference call in this process, seconds (`env.reference_timeout_s`; <= 0:
@@ -84,12 +91,14 @@ inline constexpr double kAtolRmsFraction = 0.1;
 
 /// Compares `got` with `ref` (same shape): integers and bools exactly; a floating element k passes
 /// when |got_k - ref_k| <= atol_eff + rtol * |ref_k| with
-///   atol_eff = min(atol * max(1, rms(ref) / declared_rms), 0.1 * rms(ref))
-/// where rms is over the reference's finite elements and `declared_rms` is the rms of the same
-/// output for inputs from the declared distributions (<= 0: unknown, factor 1). The first term lets
-/// the absolute tolerance grow with outputs larger than the task's own scale (large-magnitude
-/// inputs); the cap makes an all-zeros or constant output fail however small the true values are.
-/// A non-finite reference element must be matched exactly (NaN by NaN).
+///   atol_eff = min(atol * max(1, s) * max(1, rms(ref) / s), 0.1 * rms(ref))
+/// where rms is over the reference's finite elements and s = `declared_rms`, the rms of the same
+/// output for inputs from the declared distributions (<= 0: unknown, s = rms(ref)). atol counts in
+/// units of the output's own scale when that is above 1 (the rounding error of an fp32 reduction
+/// grows with its magnitude: a [64, 4096] x [4096, 64] product of N(0, 1) values has rms 64), and
+/// grows with outputs larger than that scale (large-magnitude inputs); the cap makes an all-zeros
+/// or constant output fail however small the true values are. A non-finite reference element must
+/// be matched exactly (NaN by NaN).
 Comparison compare_output(const torch::Tensor& got, const torch::Tensor& ref, double atol, double rtol,
                           double declared_rms = 0);
 

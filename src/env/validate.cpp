@@ -7,6 +7,17 @@ namespace leap::env {
 std::vector<Weakness> find_weaknesses(const RuntimeTask& task, const VerifierOptions& options) {
   std::vector<Weakness> out;
   const auto& spec = task.spec();
+  // A device written into the reference (a trace made on the CPU) keeps it off the GPU.
+  const std::vector<std::string> baked = task.reference().baked_devices();
+  if (!baked.empty()) {
+    std::string list;
+    for (size_t i = 0; i < baked.size() && i < 4; ++i) list += (i ? "; " : "") + baked[i];
+    if (baked.size() > 4) list += "; and " + std::to_string(baked.size() - 4) + " more";
+    out.push_back({"baked_device", "the reference has a device written into it as a constant (" + list +
+                                       "): on the GPU it cannot follow its inputs, and the cuda backend could only "
+                                       "time it as an infra_error; create tensors on the inputs' device "
+                                       "(device=x.device), or trace it again with that fix"});
+  }
   const int seeds = std::max(1, options.seeds);
   std::vector<std::vector<torch::Tensor>> inputs, refs;
   for (int s = 0; s < seeds; ++s) {

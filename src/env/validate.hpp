@@ -11,7 +11,7 @@ namespace leap::env {
 
 /// One weakness of a task.
 struct Weakness {
-  std::string kind;    ///< ignores_input | zeros_pass | constant_pass | copy_pass | nonfinite_reference
+  std::string kind;    ///< ignores_input | zeros_pass | constant_pass | copy_pass | nonfinite_reference | baked_device
   std::string detail;  ///< human-readable explanation
 };
 
@@ -19,7 +19,9 @@ struct Weakness {
 /// - ignores_input: the outputs are bit-identical when one input is redrawn from another seed;
 /// - zeros_pass / constant_pass / copy_pass: an output filled with zeros, with one constant (the
 ///   mean of the first seed's reference) or with a copy of a same-sized input passes on every seed;
-/// - nonfinite_reference: the reference produces NaN or inf on some seed's inputs.
+/// - nonfinite_reference: the reference produces NaN or inf on some seed's inputs;
+/// - baked_device: the reference holds a device constant (Reference::baked_devices), e.g. a
+///   KernelBench trace of `torch.zeros(..., device=x.device)` made on the CPU.
 /// Throws leap::Error if the reference itself fails.
 std::vector<Weakness> find_weaknesses(const RuntimeTask& task, const VerifierOptions& options);
 

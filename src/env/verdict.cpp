@@ -7,9 +7,9 @@
 namespace leap::env {
 
 namespace {
-constexpr std::array<std::string_view, 8> kNames = {
-    "format_error", "compile_error", "launch_error", "runtime_error",
-    "timeout",      "wrong_output",  "inputs_modified", "correct"};
+constexpr std::array<std::string_view, 9> kNames = {
+    "format_error", "compile_error", "launch_error",    "runtime_error", "timeout",
+    "wrong_output", "inputs_modified", "correct",       "infra_error"};
 }
 
 std::string_view to_string(Verdict v) { return kNames.at(static_cast<size_t>(v)); }

@@ -9,6 +9,7 @@
 namespace leap::env {
 
 /// Outcome of evaluating a solution, in cascade order: the first stage that fails decides.
+/// `infra_error` is outside the cascade: the evaluation itself could not be carried out.
 enum class Verdict {
   format_error,     ///< answer blocks or launch plan malformed
   compile_error,    ///< the code block did not compile (or the compiler timed out)
@@ -18,6 +19,10 @@ enum class Verdict {
   wrong_output,     ///< outputs differ from the reference beyond tolerance
   inputs_modified,  ///< the candidate wrote to an input tensor
   correct,          ///< outputs match; timing fields are filled
+  /// The environment failed, not the answer (the reference could not run on the GPU, the device
+  /// ran out of memory twice): stored and counted (`leap report` infra_errors), never scored:
+  /// no reward is earned or lost, no metric counts it as the answer's failure.
+  infra_error,
 };
 
 /// Lowercase name, exactly as in DESIGN.md (`format_error`, ..., `correct`).
@@ -47,6 +52,8 @@ struct EvalResult {
   static EvalResult make(Verdict v, std::string feedback,
                          size_t max_chars = kDefaultFeedbackChars);
   bool is_correct() const { return verdict == Verdict::correct; }
+  /// True for Verdict::infra_error (an evaluation that says nothing about the answer).
+  bool is_infra_error() const { return verdict == Verdict::infra_error; }
 };
 
 }  // namespace leap::env

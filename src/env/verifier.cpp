@@ -111,6 +111,16 @@ Verifier::Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool>
 EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) {
   const size_t maxc = options_.feedback_max_chars;
   auto fail = [&](Verdict v, const std::string& text) { return EvalResult::make(v, text, maxc); };
+  // An infrastructure error: the evaluation could not be carried out (the reference did not run on
+  // the GPU, the device was out of memory twice). Stored, counted, never scored (verdict.hpp).
+  int infra_retries = 0;  // worker jobs run again after an infra_error reply (out of memory)
+  auto infra = [&](const std::string& what) {
+    EvalResult r = fail(Verdict::infra_error,
+                        "infrastructure error (not a fault of the answer; this evaluation is not scored): " + what);
+    r.details["infra_error"] = what;
+    r.details["infra_retries"] = std::to_string(infra_retries);
+    return r;
+  };
 
   // 1. Format: the blocks and the launch plan.
   ExtractedAnswer ans;
@@ -211,12 +221,18 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     for (size_t i = 0; i < n_in; ++i) write_tensor(buf, i, inputs[i]);
     for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
     RunOutcome run;
-    {
-      std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
-      run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+    for (int attempt = 0;; ++attempt) {
+      {
+        std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
+        run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+      }
+      if (run.verdict != Verdict::infra_error || attempt == 1) break;
+      ++infra_retries;  // the device was out of memory: once more, from poisoned outputs again
+      for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
     }
     const std::string when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(options_.seeds) +
                              " (inputs: " + inputs_text(task, s) + ")";
+    if (run.verdict == Verdict::infra_error) return infra(run.message + " (twice) [" + when + "]");
     if (!run.ok()) return fail(run.verdict, run_failure_text(run) + " [" + when + "]");
     std::vector<torch::Tensor> refs = reference(inputs);
     if (s == 0)
@@ -370,8 +386,9 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   };
 
   // The reference's times: in a worker on the GPU (cuda backend with a device), else here on
-  // the CPU; both on the one schedule (env/timing_schedule.hpp), TF32 off for fp32.
-  auto time_reference = [&](double& ms, int& n) {
+  // the CPU; both on the one schedule (env/timing_schedule.hpp), TF32 off for fp32. Returns why
+  // the GPU reference could not be timed (an infrastructure error: never a CPU time instead).
+  auto time_reference = [&](double& ms, int& n) -> std::optional<std::string> {
     std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
     BoundPlan rplan = bound;
     for (int r = 1; r < R; ++r)
@@ -384,24 +401,29 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     RunRequest rreq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
     rreq.warmup_ms = options_.warmup_ms;
     rreq.min_timed_ms = options_.min_timed_ms;
-    if (!gpu_reference.empty() && !ok.details.count("reference_gpu_error")) {
+    if (!gpu_reference.empty()) {
       rreq.reference = ReferenceProgram{task.spec().reference.torchscript, task.spec().reference.file, task.spec().file,
                                         static_cast<int>(n_in)};
       SharedBuffers rbuf(rplan.tensors);
       for (int r = 0; r < R; ++r)
         for (size_t i = 0; i < n_in; ++i)
           write_tensor(rbuf, static_cast<size_t>(rotations[static_cast<size_t>(r)][i]), set_inputs[static_cast<size_t>(r)][i]);
-      RunOutcome run;
-      run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
+      RunOutcome run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
+      if (run.verdict == Verdict::infra_error) {  // out of device memory: once more
+        ++infra_retries;
+        run = pool_->run(comp.artifact, rplan, rbuf, rreq);
+      }
       if (run.ok() && !run.times_ms.empty()) {
         ms = median(run.times_ms);
         n = static_cast<int>(run.times_ms.size());
         reference_device = gpu_reference;
-        return;
+        return std::nullopt;
       }
-      // Not expected (the reference ran on the CPU already); the CPU time is recorded instead, and why.
-      ok.details["reference_gpu_error"] = run.ok() ? std::string("no trials ran") : run_failure_text(run);
-      rreq.reference.reset();
+      // The reference ran on the CPU already (correctness), so this is the environment's fault; a
+      // CPU time would make the speedup GPU candidate over CPU reference: no speedup at all.
+      return "the reference could not be timed on " + gpu_reference + ": " +
+             (run.ok() ? std::string("no trials ran") : run_failure_text(run)) +
+             (run.verdict == Verdict::infra_error ? " (twice)" : "");
     }
     reference_device = "cpu";
     std::lock_guard<std::mutex> lock(reference_mutex_);
@@ -417,21 +439,34 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     run_timing_schedule(rreq, static_cast<size_t>(R), hooks, run);
     ms = median(run.times_ms);
     n = static_cast<int>(run.times_ms.size());
+    return std::nullopt;
   };
 
   // One exclusive window of the device per measurement: the candidate's timing job, then the
   // reference's, back to back; the checks of the candidate's runs come after, outside it.
+  // A job that ran out of device memory (infra_error) is run once more, on fresh buffers; a
+  // second one, or a reference that cannot be timed on its device, is an infrastructure error
+  // (after the candidate's own checks: a wrong timed call is still the answer's verdict).
   auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
     TimingJob job = prepare_job(strict);
+    std::optional<std::string> reference_error;
     {
       std::lock_guard<DeviceLock> window(device_lock_);
       job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
-      if (job.run.ok()) time_reference(rms, rn);
+      if (job.run.verdict == Verdict::infra_error) {
+        ++infra_retries;
+        job = prepare_job(strict);
+        job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+      }
+      if (job.run.ok()) reference_error = time_reference(rms, rn);
     }
-    return verify_job(job, cms, cn);
+    if (job.run.verdict == Verdict::infra_error)
+      return infra(job.run.message + " (twice) [during the timing runs, after passing the correctness checks]");
+    if (auto bad = verify_job(job, cms, cn)) return bad;
+    if (reference_error) return infra(*reference_error);
+    return std::nullopt;
   };
   if (auto bad = measure(false, cand_ms, cand_n, ref_ms, ref_n)) return *bad;
-  const std::string first_device = reference_device;
   double speedup = ref_ms / std::max(cand_ms, 1e-9);
   ok.details["trials_candidate"] = std::to_string(cand_n);
   ok.details["trials_reference"] = std::to_string(ref_n);
@@ -444,8 +479,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     if (auto bad = measure(true, c2, n2, r2, rn2)) return *bad;
     const double first = speedup;
     cand_ms = std::max(cand_ms, c2);
-    // (both reference times from one device; else the re-measured one, see time_reference)
-    ref_ms = reference_device == first_device ? std::min(ref_ms, r2) : r2;
+    ref_ms = std::min(ref_ms, r2);  // (both from the same device: a failed GPU reference is an infra_error)
     speedup = ref_ms / std::max(cand_ms, 1e-9);
     if (speedup > options_.suspicious_speedup) {
       // Still above: flagged, and never worth more than the threshold (rewards, rank keys,
@@ -461,6 +495,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     }
   }
   ok.details["reference_device"] = reference_device;
+  if (infra_retries) ok.details["infra_retries"] = std::to_string(infra_retries);
   ok.candidate_ms = cand_ms;
   ok.reference_ms = ref_ms;
   ok.speedup = speedup;

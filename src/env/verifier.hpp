@@ -43,9 +43,13 @@ struct VerifierOptions {
 /// Where the reference is timed: for a backend whose reference_device() is set (cuda with a GPU)
 /// in a worker on that device, TorchScript on CUDA tensors timed like the candidate (same input
 /// sets, warm-up, trials, time box, L2 flush, CUDA events; env/cuda_reference.hpp); otherwise here
-/// on the CPU. A correct result's details["reference_device"] says which ("cuda:0" or "cpu");
-/// details["reference_gpu_error"] holds the reason when a GPU reference run failed and the CPU time
-/// was recorded instead. Correctness always compares with the reference run here on the CPU.
+/// on the CPU. A correct result's details["reference_device"] says which ("cuda:0" or "cpu").
+/// Correctness always compares with the reference run here on the CPU.
+///
+/// Infrastructure errors (Verdict::infra_error, docs/env.md "Infrastructure errors"): a GPU
+/// reference that cannot be timed is never replaced by a CPU time; a worker job that replies
+/// infra_error (out of device memory) is run once more, and a second such reply is the verdict.
+/// details["infra_error"] holds the reason, details["infra_retries"] the jobs run again.
 class Verifier {
  public:
   Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool> pool, VerifierOptions options = {});

@@ -78,6 +78,7 @@ Table ablation_table(const std::vector<RunSummary>& runs, double target) {
   cols.push_back({"compile_rate", {[](const RunSummary& r) { return r.eval_compile_rate; }, 3}});
   cols.push_back({"activated_groups_%", {[](const RunSummary& r) { return r.activated_groups_pct; }, 1}});
   cols.push_back({"env_calls", {[](const RunSummary& r) { return r.env_calls; }, 0}});
+  cols.push_back({"infra_errors", {[](const RunSummary& r) { return static_cast<double>(r.infra_errors); }, 0}});
   cols.push_back({"env_s/step", {[](const RunSummary& r) { return r.env_seconds; }, 2}});
   cols.push_back({"gen_s/step", {[](const RunSummary& r) { return r.generation_seconds; }, 2}});
   cols.push_back({"update_s/step", {[](const RunSummary& r) { return r.update_seconds; }, 2}});

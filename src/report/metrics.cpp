@@ -29,6 +29,7 @@ struct TaskData {
   std::optional<int64_t> level;
   std::map<int64_t, Trajectory> samples;
   std::vector<const Attempt*> attempts;
+  int64_t infra_errors = 0;  // attempts of void trajectories that are infra_error
 };
 
 bool compiled(const std::string& v) { return v != "format_error" && v != "compile_error"; }
@@ -44,6 +45,7 @@ Metrics slice(const std::vector<const TaskData*>& tasks, int64_t T, int64_t max_
   m.hacks["inputs_modified"] = 0;
   m.hacks["suspicious_speedup"] = 0;
   for (const TaskData* t : tasks) {
+    m.infra_errors += t->infra_errors;
     for (const Attempt* a : t->attempts) {
       ++m.attempts;
       compiled_n += compiled(a->verdict);
@@ -109,10 +111,17 @@ MetricsReport compute_metrics(const MetricsInput& input) {
     if (a.turn < 1) throw Error("metrics: attempt of task '" + a.task + "' has turn " + std::to_string(a.turn) + " (turns are 1-based)");
     if (input.turns <= 0) T = std::max(T, a.turn);
   }
+  std::set<std::pair<std::string, int64_t>> void_trajectories;  // (task, sample) with an infra_error
+  for (const auto& a : input.attempts)
+    if (a.verdict == "infra_error") void_trajectories.insert({a.task, a.sample});
   for (const auto& a : input.attempts) {
     auto [it, fresh] = tasks.try_emplace(a.task);
     if (fresh) order.push_back(a.task);
     TaskData& t = it->second;
+    if (void_trajectories.count({a.task, a.sample})) {
+      t.infra_errors += a.verdict == "infra_error";
+      continue;
+    }
     t.attempts.push_back(&a);
     Trajectory& tr = t.samples[a.sample];
     if (a.verdict == "correct" && a.turn <= T) {

@@ -52,6 +52,9 @@ struct Metrics {
   double turns_per_pass = NAN;   ///< mean first-correct turn over correct trajectories
   double tokens_per_success = NAN;  ///< all generated tokens / correct trajectories (NaN when no tokens were counted)
   std::map<std::string, int64_t> hacks;  ///< kind -> count: inputs_modified, suspicious_speedup
+  /// Attempts whose verdict is `infra_error` (the environment failed, not the answer). Their
+  /// trajectories are void: left out of every other figure, as training leaves them unscored.
+  int64_t infra_errors = 0;
 };
 
 /// Overall metrics and one entry per level ("-" for tasks without a level).
@@ -66,7 +69,9 @@ struct MetricsReport {
 /// (Chen et al. 2021). Returns NaN when k > n or n == 0. Throws leap::Error when c > n or k < 1.
 double pass_at_k(int64_t n, int64_t c, int64_t k);
 
-/// Computes every metric. A trajectory is correct by turn t if one of its attempts with
+/// Computes every metric. A trajectory with an `infra_error` attempt is void: only counted in
+/// `infra_errors` (so a task whose samples are all void counts as having none). A trajectory is
+/// correct by turn t if one of its attempts with
 /// turn <= t is `correct`; its speedup is the best speedup of its correct attempts; fast_0 counts
 /// correct trajectories whatever their speedup, fast_p (p > 0) needs a measured speedup > p.
 /// Tasks without attempts count as failures everywhere a share is taken over tasks.

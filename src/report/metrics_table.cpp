@@ -22,6 +22,7 @@ std::vector<std::string> row(const std::string& level, const Metrics& m, int64_t
   for (const auto& [k, n] : m.hacks)
     if (n) h += (h.empty() ? "" : " ") + k + "=" + std::to_string(n);
   r.push_back(h.empty() ? "0" : h);
+  r.push_back(std::to_string(m.infra_errors));
   return r;
 }
 
@@ -37,7 +38,7 @@ nlohmann::json slice_json(const Metrics& m) {
           {"acc", acc},                {"pass_at_k", pass},
           {"fast_p", fast},            {"geomean_speedup", num(m.geomean_speedup)},
           {"turns_per_pass", num(m.turns_per_pass)}, {"tokens_per_success", num(m.tokens_per_success)},
-          {"hacks", m.hacks}};
+          {"hacks", m.hacks},          {"infra_errors", m.infra_errors}};
 }
 
 }  // namespace
@@ -48,7 +49,7 @@ Table metrics_table(const MetricsReport& m) {
   for (int64_t k = 1; k <= m.turns; ++k) t.header.push_back("acc@" + std::to_string(k));
   for (const auto& [k, v] : m.overall.pass_at_k) t.header.push_back("pass@" + std::to_string(k));
   for (const auto& [p, v] : m.overall.fast_p) t.header.push_back(p_name(p));
-  for (const char* h : {"geomean_speedup", "turns/pass", "tokens/success", "hacks"}) t.header.push_back(h);
+  for (const char* h : {"geomean_speedup", "turns/pass", "tokens/success", "hacks", "infra_errors"}) t.header.push_back(h);
   if (m.by_level.size() > 1 || (m.by_level.size() == 1 && m.by_level.begin()->first != "-"))
     for (const auto& [l, s] : m.by_level) {
       auto r = row(l, s, m.turns);

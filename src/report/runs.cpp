@@ -74,6 +74,12 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
     s.bind_text(1, run_id);
     s.step();
     r.env_calls = static_cast<double>(s.column_int64(0));
+    store::Statement infra = db.prepare(
+        "SELECT count(*) FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "
+        "WHERE g.run_id = ?1 AND u.verdict = 'infra_error'");
+    infra.bind_text(1, run_id);
+    infra.step();
+    r.infra_errors = infra.column_int64(0);
     if (r.env_calls == 0) {  // no turn rows: the trainer's per-step counts
       double sum = 0;
       bool any = false;
@@ -95,6 +101,7 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
     if (s.step()) {
       r.eval_step = s.column_opt_int64(1);
       MetricsReport m = compute_metrics(eval_input(db, s.column_int64(0)));
+      r.infra_errors += m.overall.infra_errors;
       r.turns = m.turns;
       r.eval_acc = m.overall.acc;
       r.eval_fast_1 = m.overall.fast_p.at(1.0);

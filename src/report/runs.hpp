@@ -23,6 +23,9 @@ struct RunSummary {
   std::optional<int64_t> eval_step;           ///< step of the final eval
   double activated_groups_pct = NAN;          ///< DCP-activated groups / groups (else mean activated_groups_frac), %
   double env_calls = NAN;                     ///< environment evaluations (turns) over the run
+  /// Evaluations that ended in `infra_error` (the environment failed, not the answer; unscored):
+  /// training turns plus the final eval's results.
+  int64_t infra_errors = 0;
   double env_seconds = NAN, generation_seconds = NAN, update_seconds = NAN;  ///< mean per step
   double tokens_per_success = NAN;            ///< generated tokens / successful rollouts (training)
   double wall_seconds = NAN;                  ///< ended_at (or the last step's end) - started_at

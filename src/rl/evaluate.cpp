@@ -16,6 +16,7 @@ EvalSummary summarize_eval(const std::vector<GroupResult>& groups, int max_turns
     s.samples = std::max<int64_t>(s.samples, static_cast<int64_t>(g.rollouts.size()));
     bool any = false;
     for (const auto& ro : g.rollouts) {
+      if (ro.infra_error()) continue;  // void: the environment failed, not the answer
       ++pairs;
       if (!ro.turns.empty()) {
         const auto v = ro.turns.front().result.verdict;

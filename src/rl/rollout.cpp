@@ -40,6 +40,12 @@ int RolloutResult::first_success() const {
   return 0;
 }
 
+bool RolloutResult::infra_error() const {
+  for (const auto& t : turns)
+    if (t.result.is_infra_error()) return true;
+  return false;
+}
+
 int64_t RolloutResult::completion_tokens() const {
   int64_t n = 0;
   for (const auto& t : turns) n += static_cast<int64_t>(t.sample.completion_ids.size());
@@ -60,7 +66,8 @@ void apply_dcp(std::vector<GroupResult>& groups, std::vector<Live>& live, int gr
   for (auto& g : groups) {
     int failed = 0;
     for (const auto& ro : g.rollouts)
-      if (!ro.turns.empty() && !ro.turns.front().result.is_correct()) ++failed;
+      if (!ro.turns.empty() && !ro.turns.front().result.is_correct() && !ro.turns.front().result.is_infra_error())
+        ++failed;  // (an infrastructure error is not the answer's failure)
     g.failed_turn1 = failed;
     g.dcp = dcp_decide(failed, group_size, options);
     if (!g.dcp.expand && T > 1) {
@@ -141,8 +148,9 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
       l.context.push_back({"user", feedback_message(env::to_string(tr.result.verdict), tr.result.feedback,
                                                     tr.result.speedup)});
       const bool correct = tr.result.is_correct();
+      const bool infra = tr.result.is_infra_error();  // the environment failed: the rollout stops, void
       ro.turns.push_back(std::move(tr));
-      if (turn == T || (correct && !options_.refine_after_success)) l.active = false;
+      if (turn == T || infra || (correct && !options_.refine_after_success)) l.active = false;
     }
 
     // DCP after turn 1: which groups go on to debugging turns.

@@ -49,6 +49,9 @@ struct RolloutResult {
   int64_t tokens_saved = 0;           ///< prompt tokens removed by compaction (tokens)
   /// 1-based turn of the first correct verdict, or 0 if none.
   int first_success() const;
+  /// True if a graded turn ended in env::Verdict::infra_error (the environment failed; the
+  /// rollout stopped there): such a rollout is void, neither rewarded nor counted (rl/scoring.hpp).
+  bool infra_error() const;
   /// Generated tokens over graded turns and summaries (tokens).
   int64_t completion_tokens() const;
 };

@@ -23,7 +23,41 @@ RolloutOutcome outcome_of(const RolloutResult& rollout, double suspicious_cap) {
   return o;
 }
 
+namespace {
+
+std::vector<ScoredRollout> score_valid(const GroupResult& group, const config::Experiment& exp);
+
+}  // namespace
+
 std::vector<ScoredRollout> score_group(const GroupResult& group, const config::Experiment& exp) {
+  bool any_void = false;
+  for (const auto& ro : group.rollouts) any_void = any_void || ro.infra_error();
+  if (!any_void) return score_valid(group, exp);
+  // Void rollouts (an infrastructure error): scored as if they were not in the group; their
+  // rewards and advantages are 0, so their tokens carry no gradient.
+  GroupResult valid;
+  valid.task_index = group.task_index;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < group.rollouts.size(); ++i)
+    if (!group.rollouts[i].infra_error()) {
+      valid.rollouts.push_back(group.rollouts[i]);
+      where.push_back(i);
+    }
+  const std::vector<ScoredRollout> scored = score_valid(valid, exp);
+  std::vector<ScoredRollout> out(group.rollouts.size());
+  for (size_t i = 0; i < group.rollouts.size(); ++i) {
+    const size_t n = group.rollouts[i].turns.size();
+    out[i].turn_rewards.assign(n, 0.0);
+    out[i].turn_returns.assign(n, 0.0);
+    out[i].turn_advantages.assign(n, 0.0);
+  }
+  for (size_t k = 0; k < where.size(); ++k) out[where[k]] = scored[k];
+  return out;
+}
+
+namespace {
+
+std::vector<ScoredRollout> score_valid(const GroupResult& group, const config::Experiment& exp) {
   const size_t G = group.rollouts.size();
   std::vector<ScoredRollout> out(G);
   std::vector<RolloutOutcome> outcomes;
@@ -96,5 +130,7 @@ std::vector<ScoredRollout> score_group(const GroupResult& group, const config::E
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace leap::rl

@@ -31,6 +31,8 @@ RolloutOutcome outcome_of(const RolloutResult& rollout, double suspicious_cap = 
 /// rank: r_i from the tournament is the advantage, turn credit gamma^(k_i - t) A_i for A_i > 0;
 /// binary: r_i = final turn correct, estimator over the group, the same advantage on every turn;
 /// speedup / kernelgym: per-turn rewards, discounted returns G_t, estimator baseline from G_1.
+/// A void rollout (RolloutResult::infra_error: the environment, not the answer, failed) is left
+/// out: the others are scored as a group without it, and it gets 0 for every reward and advantage.
 std::vector<ScoredRollout> score_group(const GroupResult& group, const config::Experiment& exp);
 
 }  // namespace leap::rl

@@ -48,7 +48,7 @@ std::vector<std::string> shipped_solutions(const tasks::TaskSpec& spec, const st
 /// train.sft.mutants: for every shipped solution in `pool` (one per train task solution, in
 /// order), grades up to 8 of its one-edit mutants (rl/mutants.hpp, tried in a seeded order) with
 /// the environment and appends up to `mutants` of those judged wrong (wrong_output first, then
-/// compile, launch or runtime errors; never `timeout`) to `pool`. Returns "task: edit (verdict); ..."
+/// compile, launch or runtime errors; never `timeout` or `infra_error`) to `pool`. Returns "task: edit (verdict); ..."
 /// for the log and the sft event.
 namespace {
 
@@ -85,7 +85,7 @@ std::string add_wrong_twins(SftContext& c, std::vector<TrainSample>& pool) {
         const auto v = results[k + i].verdict;
         const bool wrong = pass == 0 ? v == env::Verdict::wrong_output
                                      : v != env::Verdict::wrong_output && v != env::Verdict::correct &&
-                                           v != env::Verdict::timeout;
+                                           v != env::Verdict::timeout && v != env::Verdict::infra_error;
         if (wrong) chosen.push_back(i);
       }
     for (size_t i : chosen) {

@@ -13,7 +13,7 @@ namespace {
 /// Calls f on every summed field, in one fixed order (the all-reduce's layout).
 template <class C, class F>
 void each_sum(C& c, F&& f) {
-  f(c.groups), f(c.rollouts), f(c.turn1_correct), f(c.final_correct), f(c.zero_adv_groups);
+  f(c.groups), f(c.rollouts), f(c.infra_errors), f(c.turn1_correct), f(c.final_correct), f(c.zero_adv_groups);
   f(c.activated_groups), f(c.recovered), f(c.turns), f(c.samples), f(c.env_calls), f(c.env_calls_saved);
   f(c.compaction_events), f(c.compaction_tokens_saved), f(c.reward_sum), f(c.binary_sum), f(c.response_tokens);
 }
@@ -50,6 +50,10 @@ StepCounters count_step(const std::vector<GroupResult>& groups, const std::vecto
     c.recovered += groups[g].recovered;
     for (size_t i = 0; i < groups[g].rollouts.size(); ++i) {
       const auto& ro = groups[g].rollouts[i];
+      if (ro.infra_error()) {  // void: neither in the means nor in the accuracies
+        c.infra_errors += 1;
+        continue;
+      }
       c.reward_sum += scored[g][i].reward;
       c.binary_sum += scored[g][i].reward_binary;
       c.rollouts += 1;

@@ -16,7 +16,8 @@ namespace leap::rl {
 /// One step's counters. Counts and sums add up over ranks; the two times are the slowest rank's.
 struct StepCounters {
   int64_t groups = 0;
-  int64_t rollouts = 0;
+  int64_t rollouts = 0;             ///< scored rollouts (void ones, with an infra_error, left out)
+  int64_t infra_errors = 0;         ///< void rollouts: a turn ended in infra_error (unscored)
   int64_t turn1_correct = 0;        ///< rollouts correct at turn 1
   int64_t final_correct = 0;        ///< rollouts correct at some turn
   int64_t zero_adv_groups = 0;      ///< groups whose turn advantages are all zero

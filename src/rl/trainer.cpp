@@ -32,6 +32,7 @@
 #include "rl/advantage.hpp"
 #include "rl/checkpoint.hpp"
 #include "rl/evaluate.hpp"
+#include "rl/gpu_memory.hpp"
 #include "rl/grader.hpp"
 #include "rl/local_policy.hpp"
 #include "rl/sft.hpp"
@@ -245,7 +246,8 @@ EvalSummary run_eval(Run& r, int64_t step) {
   o.max_turns = static_cast<int>(r.exp.eval.turns);
   o.sampling.temperature = r.exp.eval.temperature;
   o.refine_after_success = false;
-  RolloutEngine engine(*r.policy, *r.ctx.grader, o);
+  ReleasingGrader grading(*r.ctx.grader, r.device.is_cuda());  // cached GPU memory back before grading
+  RolloutEngine engine(*r.policy, grading, o);
   std::vector<const env::RuntimeTask*> tasks;
   for (const auto* t : r.eval.tasks) tasks.push_back(t);
   const auto groups = engine.run(tasks, static_cast<int>(r.exp.eval.samples), util::mix_seed(r.exp.train.seed, 0xE7A1), nullptr);
@@ -526,7 +528,8 @@ struct StepSamples {
   std::vector<bool> trained;  ///< per group: its turns are samples (not dropped by DAPO dynamic sampling)
 };
 
-/// One sample per graded turn and per summary with tokens, each with its turn-credited advantage
+/// One sample per graded turn and per summary with tokens (void rollouts, RolloutResult::
+/// infra_error, have none), each with its turn-credited advantage
 /// (a summary shares the credit of the turn it makes room for) and a segment id unique over the
 /// step's global batch (`lo`: this rank's first group).
 StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vector<std::vector<ScoredRollout>>& scored,
@@ -550,6 +553,7 @@ StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vec
     const size_t G = groups[g].rollouts.size();
     for (size_t i = 0; i < G; ++i) {
       const auto& ro = groups[g].rollouts[i];
+      if (ro.infra_error()) continue;  // void (the environment failed): no sample, no weight in the loss
       const auto& ta = scored[g][i].turn_advantages;
       const int64_t seg_base = static_cast<int64_t>(((lo + g) * G + i) * 4096);
       for (size_t t = 0; t < ro.turns.size(); ++t) add(ro.turns[t], ta[t], seg_base + ro.turns[t].segment, {g, i, t, false});
@@ -594,6 +598,7 @@ void add_metrics(store::StepRecord& rec, const StepCounters& c, const UpdateStat
   metric("env_calls", static_cast<double>(c.env_calls));
   metric("env_calls_saved", static_cast<double>(c.env_calls_saved));
   metric("recovered", static_cast<double>(c.recovered));
+  metric("infra_errors", static_cast<double>(c.infra_errors));
   metric("generation_seconds", c.generation_seconds);
   metric("env_seconds", c.env_seconds);
   metric("update_seconds", update_s);
@@ -729,7 +734,8 @@ class SummaryWindows {
 
 /// Steps start_step..train.steps (until an interrupt); returns the first step not run.
 int64_t run_steps(Run& r, int64_t start_step, TrainSummary& summary) {
-  RolloutEngine engine(*r.policy, *r.ctx.grader, engine_options(r.exp));
+  ReleasingGrader grading(*r.ctx.grader, r.device.is_cuda());  // cached GPU memory back before grading
+  RolloutEngine engine(*r.policy, grading, engine_options(r.exp));
   const int64_t total = r.exp.train.steps;
   const auto n = static_cast<int64_t>(r.train.tasks.size()), per = std::max<int64_t>(1, r.exp.rollout.tasks_per_step);
   summary.window = std::max<int64_t>(1, std::min<int64_t>((n + per - 1) / per, (total - start_step + 1) / 2));
@@ -792,7 +798,8 @@ void finish(Run& r, const ResumePoint& rp, TrainSummary& summary) {
 void train_run(Run& r, const ResumePoint& rp, TrainSummary& summary) {
   const auto& exp = r.exp;
   if (rp.start_step == 1 && exp.train.sft.enabled && exp.train.sft.steps > 0) {
-    SftContext sc{exp, r.model, r.params, *r.policy, *r.ctx.grader, r.train.tasks, r.update, r.rank, r.world,
+    ReleasingGrader grading(*r.ctx.grader, r.device.is_cuda());  // cached GPU memory back before grading
+    SftContext sc{exp, r.model, r.params, *r.policy, grading, r.train.tasks, r.update, r.rank, r.world,
                   r.rank0() ? r.db : nullptr, r.run_id, r.ctx.progress, &g_interrupted};
     run_sft(sc);
   }

@@ -78,7 +78,7 @@ struct TurnRecord {
   std::string completion;          ///< generated text
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
-  std::string verdict;             ///< format_error ... correct (see DESIGN.md section 3)
+  std::string verdict;             ///< format_error ... correct, or infra_error (DESIGN.md section 3, docs/env.md)
   std::string feedback;            ///< feedback text shown to the next turn
   std::optional<double> candidate_ms;  ///< median candidate time, milliseconds (correct only)
   std::optional<double> reference_ms;  ///< median reference time, milliseconds
