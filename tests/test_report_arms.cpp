@@ -123,10 +123,11 @@ std::pair<double, double> mean_se(const std::vector<double>& x) {
 void check_cell(const std::string& cell, const std::vector<double>& values, double tol) {
   CAPTURE(cell);
   auto [m, se] = mean_se(values);
-  const size_t pm = cell.find(" ± ");
+  const std::string sep = " ± ";  // "±" is two bytes in UTF-8
+  const size_t pm = cell.find(sep);
   REQUIRE(pm != std::string::npos);
   CHECK(std::fabs(std::stod(cell.substr(0, pm)) - m) <= tol);
-  CHECK(std::fabs(std::stod(cell.substr(pm + 5)) - se) <= tol);
+  CHECK(std::fabs(std::stod(cell.substr(pm + sep.size())) - se) <= tol);
 }
 
 }  // namespace
