@@ -204,8 +204,9 @@ TEST_CASE("generator: bad arguments are usage errors that write nothing") {
   // An empty existing folder is fine.
   const fs::path empty = tmp.path / "empty";
   fs::create_directories(empty);
-  CHECK(run_leap("tasks generate ewred --count 5 --out " + empty.string()).rc == 0);
+  CHECK(run_leap("tasks generate ewred --count 5 --out " + empty.string() + "/").rc == 0);  // a trailing slash too
   CHECK(fs::exists(empty / "set.yaml"));
+  CHECK(load_task_set(empty.string()).tasks.size() == 5);
 }
 
 TEST_SUITE_END();

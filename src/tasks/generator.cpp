@@ -174,7 +174,8 @@ void write_generated_set(const GeneratedSet& set, const fs::path& out) {
       throw UsageError("leap tasks generate: --out " + out.string() +
                        " exists and is not empty; give a new folder (nothing was written)");
   }
-  const fs::path abs = fs::absolute(out).lexically_normal();
+  fs::path abs = fs::absolute(out).lexically_normal();
+  if (abs.filename().empty()) abs = abs.parent_path();  // "DIR/" names DIR
   const fs::path parent = abs.parent_path();
   fs::create_directories(parent, ec);
   if (ec) throw Error("leap tasks generate: cannot create " + parent.string() + ": " + ec.message());
