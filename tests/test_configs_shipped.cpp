@@ -56,3 +56,51 @@ TEST_CASE("configs: each ablation arm differs from configs/ablations/leap.yaml o
     CHECK(to_yaml(e) == to_yaml(leap));
   }
 }
+
+TEST_CASE("configs: the generated-family arms differ from configs/generated/mt_dcp_rank.yaml only in their switches") {
+  const Experiment leap = load_experiment(kConfigs + "generated/mt_dcp_rank.yaml");
+  CHECK(leap.dcp.enabled);
+  CHECK(leap.reward.kind == "rank");
+  CHECK(leap.turns.max == 2);
+  CHECK(leap.tasks.eval_split == "eval");  // held-out programs
+  CHECK(leap.model.path == "models/ewred-sft");
+  struct Arm {
+    const char* file;
+    void (*undo)(Experiment&, const Experiment&);
+  };
+  const Arm arms[] = {
+      {"mt_rank", [](Experiment& e, const Experiment& l) { CHECK(!e.dcp.enabled); e.dcp.enabled = l.dcp.enabled; }},
+      {"mt_binary",
+       [](Experiment& e, const Experiment& l) {
+         CHECK(!e.dcp.enabled);
+         CHECK(e.reward.kind == "binary");
+         e.dcp.enabled = l.dcp.enabled;
+         e.reward.kind = l.reward.kind;
+       }},
+      {"st_grpo",
+       [](Experiment& e, const Experiment& l) {
+         CHECK(e.turns.max == 1);
+         CHECK(e.reward.kind == "binary");
+         e.turns.max = l.turns.max;
+         e.reward.kind = l.reward.kind;
+         e.dcp.enabled = l.dcp.enabled;
+       }},
+  };
+  for (const auto& arm : arms) {
+    CAPTURE(arm.file);
+    Experiment e = load_experiment(kConfigs + "generated/" + arm.file + ".yaml");
+    CHECK(e.name == arm.file);
+    arm.undo(e, leap);
+    e.name = leap.name;
+    CHECK(to_yaml(e) == to_yaml(leap));
+  }
+  // The warm start trains and evaluates on the same task set and held-out split.
+  const Experiment sft = load_experiment(kConfigs + "generated/sft.yaml");
+  CHECK(sft.train.sft.enabled);
+  CHECK(sft.train.steps == 1);        // one RL step, for the checkpoint and the evaluations ...
+  CHECK(sft.optim.lr <= 1e-12);        // ... that cannot move the policy
+  CHECK(sft.train.eval_every == 1);
+  CHECK(sft.tasks.dir == leap.tasks.dir);
+  CHECK(sft.tasks.eval_split == "eval");
+  CHECK(sft.eval.turns == leap.eval.turns);
+}

@@ -163,9 +163,11 @@ TEST_CASE("report: ablation table, curves, SVG plots and HTML over two runs (DCP
   std::getline(lines, header);
   std::getline(lines, row1);
   std::getline(lines, row2);
-  CHECK(header.rfind("arm,runs,dcp.enabled,steps,eval_acc@1,eval_acc@2,fast_1", 0) == 0);
-  CHECK(row1.rfind("dcp_on (20260101-000000-aaaa),1,true,2,0.800,0.900,0.250", 0) == 0);
-  CHECK(row2.rfind("dcp_off (20260101-000000-bbbb),1,false,2,0.500,0.500,0.250", 0) == 0);
+  CHECK(header.rfind("arm,runs,dcp.enabled,steps,eval_acc@1_start,eval_acc@1,eval_acc@2,turns/pass,fast_1", 0) == 0);
+  // eval_acc@1_start: the first eval/acc@1 point (0.6 at step 1 for aaaa); no eval_results rows,
+  // so no turns per pass ("-").
+  CHECK(row1.rfind("dcp_on (20260101-000000-aaaa),1,true,2,0.600,0.800,0.900,-,0.250", 0) == 0);
+  CHECK(row2.rfind("dcp_off (20260101-000000-bbbb),1,false,2,0.500,0.500,0.500,-,0.250", 0) == 0);
 
   const fs::path out = tmp.path / "report";
   auto h = run_leap("--db " + db + " report --format html --out " + out.string());

@@ -18,6 +18,7 @@
 #include "env/reference.hpp"
 #include "cli/python.hpp"
 #include "env/validate.hpp"
+#include "tasks/generator.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
 
@@ -286,10 +287,23 @@ int tasks_import(const std::string& kb_dir, const std::string& out, const std::s
   return 0;
 }
 
+/// `leap tasks generate FAMILY --count N --seed S --out DIR`: draws the set, writes it whole.
+int tasks_generate(const tasks::GeneratorOptions& opt, const std::string& out) {
+  if (out.empty()) throw UsageError("leap tasks generate: --out DIR is required");
+  tasks::GeneratedSet set = tasks::generate_tasks(opt);
+  tasks::write_generated_set(set, out);
+  size_t n_eval = 0;
+  for (const auto& t : set.tasks) n_eval += t.split == "eval";
+  std::printf("wrote task set %s to %s: %zu tasks (%zu train, %zu eval), each a distinct program; check them with: "
+              "leap tasks validate %s\n",
+              set.name.c_str(), out.c_str(), set.tasks.size(), set.tasks.size() - n_eval, n_eval, out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
-  auto* cmd = app.add_subcommand("tasks", "List, show, validate and import task sets");
+  auto* cmd = app.add_subcommand("tasks", "List, show, validate, generate and import task sets");
   cmd->require_subcommand(1);
   struct Opts {
     std::string dir = "tasks/starter", task, kb_dir, out = "tasks/kernelbench", levels = "1,2,3", source, config;
@@ -297,6 +311,10 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
     bool force = false;
     std::vector<std::string> sets;
     bool time = false;
+    std::string family, gen_out, spellings = "varied";
+    int64_t count = 0;
+    uint64_t seed = 0;
+    double eval_fraction = 0.2;
   };
   auto o = std::make_shared<Opts>();
   auto* list = cmd->add_subcommand("list", "List the tasks of a task set with level, category and split");
@@ -326,7 +344,31 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
       ->check(CLI::Range(1.0, 60000.0))
       ->capture_default_str();
   import->add_flag("--force", o->force, "redo problems already imported or skipped from the same source");
-  return [o, list, show, validate, import]() -> int {
+  std::string families;
+  for (const auto& f : tasks::generator_families()) families += (families.empty() ? "" : ", ") + f;
+  auto* gen = cmd->add_subcommand("generate", "Generate a task family with a train / eval split sharing no program "
+                                              "(docs/generator.md)");
+  gen->add_option("family", o->family, "task family: " + families)->required();
+  gen->add_option("--count", o->count, "number of tasks (train + eval), each a distinct program")->required();
+  gen->add_option("--seed", o->seed, "seed of the draw (equal arguments give byte-identical folders)")
+      ->capture_default_str();
+  gen->add_option("--out", o->gen_out, "output folder (must not exist or be empty)")->required();
+  gen->add_option("--eval-fraction", o->eval_fraction, "share of the tasks in the eval split, in [0, 1)")
+      ->capture_default_str();
+  gen->add_option("--spellings", o->spellings,
+                  "varied: each prompt line in one of 2-3 equivalent PyTorch spellings; canonical: always the first")
+      ->check(CLI::IsMember({"varied", "canonical"}))
+      ->capture_default_str();
+  return [o, list, show, validate, gen]() -> int {
+    if (gen->parsed()) {
+      tasks::GeneratorOptions go;
+      go.family = o->family;
+      go.count = o->count;
+      go.seed = o->seed;
+      go.eval_fraction = o->eval_fraction;
+      go.spelling = o->spellings == "canonical" ? tasks::Spelling::canonical : tasks::Spelling::varied;
+      return tasks_generate(go, o->gen_out);
+    }
     if (list->parsed()) return tasks_list(o->dir);
     if (show->parsed()) return tasks_show(o->task, o->dir);
     if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time);

@@ -17,20 +17,43 @@ std::map<std::string, std::string> arm_key(const RunSummary& r) {
   return k;
 }
 
-/// "mean" or "mean ± std" over the non-NaN values; "-" if none.
-std::string agg(const std::vector<double>& v, int digits) {
+/// The non-NaN values of `v`.
+std::vector<double> finite(const std::vector<double>& v) {
   std::vector<double> x;
   for (double d : v)
     if (!std::isnan(d)) x.push_back(d);
-  if (x.empty()) return "-";
-  double mean = 0;
-  for (double d : x) mean += d;
-  mean /= static_cast<double>(x.size());
-  if (x.size() == 1) return fmt_num(mean, digits);
-  double ss = 0;
-  for (double d : x) ss += (d - mean) * (d - mean);
-  return fmt_num(mean, digits) + " ± " + fmt_num(std::sqrt(ss / static_cast<double>(x.size() - 1)), digits);
+  return x;
 }
+
+}  // namespace
+
+MeanSpread mean_spread(const std::vector<double>& values) {
+  MeanSpread m;
+  const std::vector<double> x = finite(values);
+  m.n = static_cast<int64_t>(x.size());
+  if (x.empty()) return m;
+  double sum = 0;
+  for (double d : x) sum += d;
+  m.mean = sum / static_cast<double>(x.size());
+  if (x.size() < 2) return m;
+  double ss = 0;
+  for (double d : x) ss += (d - m.mean) * (d - m.mean);
+  m.std = std::sqrt(ss / static_cast<double>(x.size() - 1));
+  m.se = m.std / std::sqrt(static_cast<double>(x.size()));
+  return m;
+}
+
+std::string format_mean_spread(const std::vector<double>& values, int digits) {
+  const MeanSpread m = mean_spread(values);
+  if (m.n == 0) return "-";
+  std::string s = fmt_num(m.mean, digits);
+  if (m.n > 1) s += " ± " + fmt_num(m.se, digits);
+  return s;
+}
+
+namespace {
+
+std::string agg(const std::vector<double>& v, int digits) { return format_mean_spread(v, digits); }
 
 }  // namespace
 
@@ -55,7 +78,7 @@ std::vector<Arm> group_arms(const std::vector<RunSummary>& runs) {
 
 Table ablation_table(const std::vector<RunSummary>& runs, double target) {
   Table t;
-  t.title = "Ablation: one row per arm (runs differing only in seed are averaged: mean ± std)";
+  t.title = "Ablation: one row per arm (runs differing only in name and seeds); cells: mean ± standard error over the arm's runs";
   std::vector<std::map<std::string, std::string>> configs;
   int64_t T = 0;
   for (const auto& r : runs) {
@@ -69,16 +92,19 @@ Table ablation_table(const std::vector<RunSummary>& runs, double target) {
   using Get = std::function<double(const RunSummary&)>;
   std::vector<std::pair<std::string, std::pair<Get, int>>> cols;
   cols.push_back({"steps", {[](const RunSummary& r) { return static_cast<double>(r.steps); }, 0}});
+  cols.push_back({"eval_acc@1_start", {[](const RunSummary& r) { return r.eval_acc1_start; }, 3}});
   for (int64_t k = 1; k <= std::max<int64_t>(T, 1); ++k)
     cols.push_back({"eval_acc@" + std::to_string(k), {[k](const RunSummary& r) {
                       return static_cast<int64_t>(r.eval_acc.size()) >= k ? r.eval_acc[static_cast<size_t>(k - 1)] : NAN;
                     }, 3}});
+  cols.push_back({"turns/pass", {[](const RunSummary& r) { return r.eval_turns_per_pass; }, 2}});
   cols.push_back({"fast_1", {[](const RunSummary& r) { return r.eval_fast_1; }, 3}});
   cols.push_back({"geomean_speedup", {[](const RunSummary& r) { return r.eval_geomean_speedup; }, 3}});
   cols.push_back({"compile_rate", {[](const RunSummary& r) { return r.eval_compile_rate; }, 3}});
   cols.push_back({"activated_groups_%", {[](const RunSummary& r) { return r.activated_groups_pct; }, 1}});
   cols.push_back({"env_calls", {[](const RunSummary& r) { return r.env_calls; }, 0}});
   cols.push_back({"infra_errors", {[](const RunSummary& r) { return static_cast<double>(r.infra_errors); }, 0}});
+  cols.push_back({"env_calls/step", {[](const RunSummary& r) { return r.env_calls_per_step; }, 1}});
   cols.push_back({"env_s/step", {[](const RunSummary& r) { return r.env_seconds; }, 2}});
   cols.push_back({"gen_s/step", {[](const RunSummary& r) { return r.generation_seconds; }, 2}});
   cols.push_back({"update_s/step", {[](const RunSummary& r) { return r.update_seconds; }, 2}});
@@ -96,7 +122,14 @@ Table ablation_table(const std::vector<RunSummary>& runs, double target) {
     for (const auto& c : cols) {
       std::vector<double> v;
       for (const RunSummary* r : a.runs) v.push_back(c.second.first(*r));
-      row.push_back(agg(v, c.second.second));
+      std::string cell = agg(v, c.second.second);
+      // Seeds that never reached the target have no time: say how many did.
+      if (target > 0 && c.first.rfind("s_to_acc@1", 0) == 0 && a.runs.size() > 1) {
+        const int64_t reached = mean_spread(v).n;
+        if (reached < static_cast<int64_t>(a.runs.size()))
+          cell += " (" + std::to_string(reached) + "/" + std::to_string(a.runs.size()) + " reached)";
+      }
+      row.push_back(cell);
     }
     t.rows.push_back(row);
   }

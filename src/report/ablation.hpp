@@ -1,6 +1,7 @@
 #pragma once
 // The ablation table: one row per arm (runs whose configs differ only in seeds and names), the
-// differing config switches as columns, then the DESIGN.md section 5 metrics (mean ± spread).
+// differing config switches as columns, then the DESIGN.md section 5 metrics (mean ± standard
+// error over the arm's runs, i.e. over seeds).
 #include <string>
 #include <vector>
 
@@ -15,14 +16,29 @@ struct Arm {
   std::string label;  ///< "<name> (<run id>)" for one run, "<name> (n seeds)" for several
 };
 
+/// Mean, sample standard deviation and standard error of the mean of some values.
+struct MeanSpread {
+  int64_t n = 0;     ///< values that are not NaN
+  double mean = NAN;
+  double std = NAN;  ///< sample std (divides by n - 1); NaN for n < 2
+  double se = NAN;   ///< std / sqrt(n); NaN for n < 2
+};
+
+/// mean_spread over the non-NaN entries of `values`.
+MeanSpread mean_spread(const std::vector<double>& values);
+
+/// "mean ± se" (n >= 2), "mean" (n == 1) or "-" (no value), with `digits` decimals.
+std::string format_mean_spread(const std::vector<double>& values, int digits);
+
 /// Groups `runs` into arms, in the order of each arm's first run.
 std::vector<Arm> group_arms(const std::vector<RunSummary>& runs);
 
 /// The ablation table of `runs`: columns arm, runs, the switches that differ between the runs,
-/// then steps, final eval Acc@1..T, fast_1, geo-mean speedup, compile rate, activated groups %,
-/// env calls, env / generation / update seconds per step, tokens per success, wall seconds and
-/// (when `target` > 0) seconds to reach eval Acc@1 >= target. Arms of several runs show
-/// "mean ± sample std".
+/// then steps, eval Acc@1 of the first eval (the policy before RL), final eval Acc@1..T, eval
+/// turns per pass, fast_1, geo-mean speedup, compile rate, activated groups %, env calls, env
+/// calls per step, env / generation / update seconds per step, tokens per success, wall seconds
+/// and (when `target` > 0) seconds from the run's start to eval Acc@1 >= target (with "(k/n
+/// reached)" when some runs never got there). Arms of several runs show "mean ± standard error".
 Table ablation_table(const std::vector<RunSummary>& runs, double target);
 
 /// Per-run curve summaries: metric, points, first, last, min, max, mean of the last 10%.

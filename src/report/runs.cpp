@@ -88,6 +88,7 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
       r.env_calls = any ? sum : NAN;
     }
   }
+  if (r.steps && !std::isnan(r.env_calls)) r.env_calls_per_step = r.env_calls / static_cast<double>(r.steps);
   if (r.steps) {
     MetricsInput in = train_input(db, run_id, 1, INT64_MAX);
     if (!in.attempts.empty()) r.tokens_per_success = compute_metrics(in).overall.tokens_per_success;
@@ -107,6 +108,7 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
       r.eval_fast_1 = m.overall.fast_p.at(1.0);
       r.eval_geomean_speedup = m.overall.geomean_speedup;
       r.eval_compile_rate = m.overall.compile_rate;
+      r.eval_turns_per_pass = m.overall.turns_per_pass;
     } else {
       for (int64_t t = 1;; ++t) {
         std::optional<int64_t> step;
@@ -119,6 +121,23 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
       r.eval_fast_1 = last_value(st, run_id, "eval/fast_1");
       r.eval_geomean_speedup = last_value(st, run_id, "eval/geomean_speedup");
       r.eval_compile_rate = last_value(st, run_id, "eval/compile_rate");
+    }
+  }
+  // First eval (the policy before RL when the trainer evaluates at step 0).
+  {
+    store::Statement s = db.prepare(
+        "SELECT e.id FROM evaluations e WHERE e.run_id = ?1 AND EXISTS "
+        "(SELECT 1 FROM eval_results x WHERE x.evaluation_id = e.id) ORDER BY coalesce(e.step, 0) ASC, e.id ASC LIMIT 1");
+    s.bind_text(1, run_id);
+    if (s.step()) {
+      MetricsReport m = compute_metrics(eval_input(db, s.column_int64(0)));
+      if (!m.overall.acc.empty()) r.eval_acc1_start = m.overall.acc[0];
+    } else {
+      for (const auto& p : st.metric_series(run_id, "eval/acc@1"))
+        if (!std::isnan(p.value)) {
+          r.eval_acc1_start = p.value;
+          break;
+        }
     }
   }
   if (target > 0)

@@ -19,6 +19,8 @@ struct RunSummary {
   int64_t steps = 0;                          ///< completed steps
   int64_t turns = 1;                          ///< T of the final eval's Acc@1..T
   std::vector<double> eval_acc;               ///< final eval Acc@1..T
+  double eval_acc1_start = NAN;               ///< Acc@1 of the run's first eval (step 0: the SFT / initial policy)
+  double eval_turns_per_pass = NAN;           ///< final eval: mean first-correct turn of its correct samples
   double eval_fast_1 = NAN, eval_geomean_speedup = NAN, eval_compile_rate = NAN;
   std::optional<int64_t> eval_step;           ///< step of the final eval
   double activated_groups_pct = NAN;          ///< DCP-activated groups / groups (else mean activated_groups_frac), %
@@ -26,6 +28,7 @@ struct RunSummary {
   /// Evaluations that ended in `infra_error` (the environment failed, not the answer; unscored):
   /// training turns plus the final eval's results.
   int64_t infra_errors = 0;
+  double env_calls_per_step = NAN;            ///< env_calls / steps (training rollouts only, no eval)
   double env_seconds = NAN, generation_seconds = NAN, update_seconds = NAN;  ///< mean per step
   double tokens_per_success = NAN;            ///< generated tokens / successful rollouts (training)
   double wall_seconds = NAN;                  ///< ended_at (or the last step's end) - started_at

@@ -1,0 +1,35 @@
+#pragma once
+// Texts of one generated `ewred` task (docs/generator.md): the PyTorch module the model is shown,
+// the TorchScript reference, the cpu model answer, and the task.yaml that holds them.
+#include <cstdint>
+#include <string>
+
+#include "tasks/program.hpp"
+
+namespace leap::tasks {
+
+/// How the prompt spells each operator: `canonical` always the first spelling (torch.relu(x),
+/// x * c, torch.sum(x, dim=1)), `varied` one of 2-3 equivalent spellings per line (F.relu(x),
+/// x.clamp(min=0.0), c * x, x.sum(dim=1), ...) drawn from `spelling_seed`.
+enum class Spelling { canonical, varied };
+
+/// The PyTorch prompt: a KernelBench-style `Model` whose forward applies `p` to x [B, N] (and
+/// w [N] when used), with get_inputs / get_init_inputs at sizes `rows` x `cols`.
+std::string render_prompt(const Program& p, int64_t rows, int64_t cols, Spelling spelling, uint64_t spelling_seed);
+
+/// The TorchScript source `def reference(x: Tensor[, w: Tensor]) -> Tensor: ...` computing `p`.
+std::string render_reference(const Program& p);
+
+/// A correct cpu answer (one ```cpp block with `extern "C" void model_forward(...)` and one
+/// ```yaml launch plan, DESIGN.md section 3): one loop over rows and columns, one C++ line per
+/// operator in program order, a double accumulator for sum and mean.
+std::string render_cpu_solution(const Program& p);
+
+/// Everything of task.yaml: name, level 1, category (elementwise or reduction), `source`
+/// provenance (generator, family, seed, canonical program key), prompt, sizes {B, N}, inputs,
+/// output y, the reference and the tolerance (atol 1e-4 / rtol 1e-4 elementwise and max,
+/// 1e-3 / 1e-4 for sum and mean).
+std::string render_task_yaml(const std::string& name, const std::string& family, uint64_t seed, const Program& p,
+                             int64_t rows, int64_t cols, Spelling spelling, uint64_t spelling_seed);
+
+}  // namespace leap::tasks

@@ -1,0 +1,201 @@
+// `leap report` per-arm means and standard errors over seeds, on a synthetic store: two arms of
+// three seeds each whose evaluations, groups and turns are written through the Store API; the
+// expected means and standard errors are computed here from the per-run numbers the store was
+// filled with, by a formula of their own (sum of squares), not by the report's code.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "store/store.hpp"
+#include "support.hpp"
+
+using namespace leap::store;
+using leap::test::run_leap;
+
+namespace {
+
+/// What one synthetic run holds.
+struct RunSpec {
+  std::string id, arm;
+  bool dcp = true;
+  int seed = 0;
+  int start_correct = 0;  ///< of 4 eval tasks at step 0, correct at turn 1
+  int final_t1 = 0;       ///< of 4 eval tasks at the final eval, correct at turn 1
+  int final_t2 = 0;       ///< ... correct only at turn 2
+  int activated = 0;      ///< of the 4 training groups (2 steps x 2 groups)
+  double final_at = 0;    ///< seconds after the start when the final eval is stored
+};
+
+TurnRecord turn(int64_t t, const std::string& verdict) {
+  TurnRecord r;
+  r.turn_index = t;
+  r.prompt = "p";
+  r.completion = "c";
+  r.completion_tokens = 10;
+  r.verdict = verdict;
+  r.reward = verdict == "correct";
+  return r;
+}
+
+std::vector<EvalResultRecord> eval_rows(int t1, int t2) {
+  std::vector<EvalResultRecord> rows;
+  for (int k = 0; k < 4; ++k) {
+    TaskInfo task{"gen", "task" + std::to_string(k), 1, std::string("elementwise"), "h" + std::to_string(k)};
+    EvalResultRecord a;
+    a.task = task;
+    a.turn = 1;
+    a.verdict = k < t1 ? "correct" : "wrong_output";
+    rows.push_back(a);
+    if (k >= t1) {
+      EvalResultRecord b = a;
+      b.turn = 2;
+      b.verdict = k < t1 + t2 ? "correct" : "wrong_output";
+      rows.push_back(b);
+    }
+  }
+  return rows;
+}
+
+void write_run(Store& st, const RunSpec& s, double t0) {
+  RunInfo info;
+  info.id = s.id;
+  info.name = s.arm;
+  info.config_yaml = "name: " + s.arm + "\ndcp:\n  enabled: " + (s.dcp ? "true" : "false") + "\ntrain:\n  seed: " +
+                     std::to_string(s.seed) + "\n";
+  info.seed = s.seed;
+  info.started_at = t0;
+  st.create_run(info);
+  st.write_evaluation({s.id, 0, "gen", "{}", t0 + 1}, eval_rows(s.start_correct, 0),
+                      {{"eval/acc@1", s.start_correct / 4.0, t0 + 1}});
+  int activated_left = s.activated;
+  for (int64_t step = 1; step <= 2; ++step) {
+    StepRecord r;
+    r.run_id = s.id;
+    r.step = step;
+    r.started_at = t0 + step;
+    r.ended_at = t0 + step + 1;
+    for (int gi = 0; gi < 2; ++gi) {
+      GroupRecord g;
+      g.group_index = gi;
+      g.task = {"gen", "train" + std::to_string(gi), 1, std::string("elementwise"), "t" + std::to_string(gi)};
+      g.dcp_activated = activated_left-- > 0;
+      RolloutRecord a, b;
+      a.rollout_index = 0;
+      a.turns = {turn(1, "correct")};
+      a.final_verdict = "correct";
+      a.first_success_turn = 1;
+      b.rollout_index = 1;
+      b.turns = {turn(1, "wrong_output")};
+      if (g.dcp_activated) b.turns.push_back(turn(2, "wrong_output"));
+      b.final_verdict = "wrong_output";
+      g.rollouts = {a, b};
+      r.groups.push_back(g);
+    }
+    st.write_step(r);
+  }
+  const double acc1 = s.final_t1 / 4.0, acc2 = (s.final_t1 + s.final_t2) / 4.0;
+  st.write_evaluation({s.id, 2, "gen", "{}", t0 + s.final_at}, eval_rows(s.final_t1, s.final_t2),
+                      {{"eval/acc@1", acc1, t0 + s.final_at}, {"eval/acc@2", acc2, t0 + s.final_at}});
+  st.finish_run(s.id, RunStatus::finished, t0 + s.final_at + 1);
+}
+
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cell;
+  std::stringstream in(line);
+  while (std::getline(in, cell, ',')) out.push_back(cell);
+  return out;
+}
+
+/// Mean and standard error by sum of squares: se = sqrt((sum x^2 - n mean^2) / (n (n - 1))).
+std::pair<double, double> mean_se(const std::vector<double>& x) {
+  double s = 0, s2 = 0;
+  for (double v : x) s += v, s2 += v * v;
+  const double n = static_cast<double>(x.size()), m = s / n;
+  return {m, n > 1 ? std::sqrt(std::max(0.0, s2 - n * m * m) / (n * (n - 1))) : NAN};
+}
+
+/// Checks a "mean ± se" cell against the expected values, to the cell's printed precision.
+void check_cell(const std::string& cell, const std::vector<double>& values, double tol) {
+  CAPTURE(cell);
+  auto [m, se] = mean_se(values);
+  const std::string sep = " ± ";  // "±" is two bytes in UTF-8
+  const size_t pm = cell.find(sep);
+  REQUIRE(pm != std::string::npos);
+  CHECK(std::fabs(std::stod(cell.substr(0, pm)) - m) <= tol);
+  CHECK(std::fabs(std::stod(cell.substr(pm + sep.size())) - se) <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("report: per-arm means with standard errors over seeds (Acc@1, Acc@T, activated %, env calls/step, "
+          "turns/pass, time to target)") {
+  leap::test::TempDir tmp;
+  const std::string db = (tmp.path / "leap.db").string();
+  const std::vector<RunSpec> runs = {
+      {"20260101-000000-a001", "arm_a", true, 1, 1, 2, 1, 2, 100},
+      {"20260101-000000-b001", "arm_b", false, 1, 1, 1, 0, 0, 300},
+      {"20260101-000000-a002", "arm_a", true, 2, 0, 3, 1, 3, 200},
+      {"20260101-000000-b002", "arm_b", false, 2, 1, 2, 1, 0, 300},
+      {"20260101-000000-a003", "arm_a", true, 3, 1, 1, 2, 1, 400},
+      {"20260101-000000-b003", "arm_b", false, 3, 0, 2, 2, 0, 600},
+  };
+  {
+    Store st(db);
+    double t0 = 1000;
+    for (const auto& r : runs) write_run(st, r, t0 += 10000);
+  }
+  auto res = run_leap("--db " + db + " report --format csv --target 0.5");
+  CAPTURE(res.err);
+  REQUIRE(res.rc == 0);
+  std::stringstream lines(res.out);
+  std::string header_line;
+  std::getline(lines, header_line);
+  const std::vector<std::string> header = split_csv(header_line);
+  std::map<std::string, std::vector<std::string>> rows;
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty()) rows[split_csv(l)[0]] = split_csv(l);
+  REQUIRE(rows.count("arm_a (3 seeds)"));
+  REQUIRE(rows.count("arm_b (3 seeds)"));
+  auto col = [&](const std::string& name) {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i] == name) return i;
+    FAIL("no column " << name);
+    return size_t{0};
+  };
+  for (const std::string arm : {"arm_a", "arm_b"}) {
+    CAPTURE(arm);
+    const auto& row = rows.at(arm + " (3 seeds)");
+    CHECK(row[col("runs")] == "3");
+    std::vector<double> start, acc1, acc2, act, calls, tpp, ttt;
+    for (const auto& r : runs) {
+      if (r.arm != arm) continue;
+      start.push_back(r.start_correct / 4.0);
+      acc1.push_back(r.final_t1 / 4.0);
+      acc2.push_back((r.final_t1 + r.final_t2) / 4.0);
+      act.push_back(100.0 * r.activated / 4.0);
+      calls.push_back((2 * 4 + r.activated) / 2.0);  // 4 groups of 2 rollouts, + 1 turn per activated group, over 2 steps
+      tpp.push_back((1.0 * r.final_t1 + 2.0 * r.final_t2) / (r.final_t1 + r.final_t2));
+      if (r.final_t1 / 4.0 >= 0.5) ttt.push_back(r.final_at);
+    }
+    check_cell(row[col("eval_acc@1_start")], start, 0.0005);
+    check_cell(row[col("eval_acc@1")], acc1, 0.0005);
+    check_cell(row[col("eval_acc@2")], acc2, 0.0005);
+    check_cell(row[col("turns/pass")], tpp, 0.005);
+    check_cell(row[col("activated_groups_%")], act, 0.05);
+    check_cell(row[col("env_calls/step")], calls, 0.05);  // arm_b: 4.0 ± 0.0
+    // Time to eval Acc@1 >= 0.5: two of three seeds of each arm get there.
+    const std::string t = row[col("s_to_acc@1>=0.50")];
+    CAPTURE(t);
+    CHECK(t.find("(2/3 reached)") != std::string::npos);
+    check_cell(t.substr(0, t.find(" (")), ttt, 0.05);
+  }
+  // One seed alone: a mean without a spread (and no switch columns: nothing differs).
+  auto one = run_leap("--db " + db + " report --format csv --runs 20260101-000000-a001");
+  REQUIRE(one.rc == 0);
+  CHECK(one.out.find("arm_a (20260101-000000-a001),1,2,0.250,0.500,0.750,1.33,") != std::string::npos);
+}
