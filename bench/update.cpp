@@ -112,16 +112,20 @@ int main(int argc, char** argv) {
       if (dev.is_cuda()) torch::cuda::synchronize();
       return bench::now_s() - t0;
     };
+    std::vector<const std::vector<int64_t>*> contexts;
+    for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
+    const double fraction = rl::shared_prompt_fraction(contexts, rl::plan_prompt_sharing(contexts));
     int64_t ctx = 0, comp = 0;
     for (const auto& s : samples) {
       ctx += static_cast<int64_t>(s.prompt_ids.size());
       comp += static_cast<int64_t>(s.completion_ids.size());
     }
     std::printf("bench_update: preset %s, %s %s, %zu samples (%lld context + %lld completion tokens), mini-batch %lld, "
-                "checkpointing %lld\n",
+                "checkpointing %lld; shared, the step's contexts are %.0f%% of their tokens (more where a "
+                "mini-batch holds two units)\n",
                 a["--preset"].c_str(), a["--device"].c_str(), a["--dtype"].c_str(), samples.size(),
                 static_cast<long long>(ctx), static_cast<long long>(comp), static_cast<long long>(I("--mini-batch")),
-                static_cast<long long>(I("--checkpointing")));
+                static_cast<long long>(I("--checkpointing")), 100.0 * fraction);
     std::fflush(stdout);
     const auto pairs = bench::alternate([&] { return side(false); }, [&] { return side(true); },
                                         static_cast<int>(I("--pairs")));

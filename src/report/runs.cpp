@@ -68,18 +68,14 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
     if (n) r.activated_groups_pct = 100.0 * sum / n;
   }
   {
+    // One pass over the run's turns: all of them, and those the environment failed on.
     store::Statement s = db.prepare(
-        "SELECT count(*) FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "
-        "WHERE g.run_id = ?1");
+        "SELECT count(*), coalesce(sum(u.verdict = 'infra_error'), 0) FROM turns u JOIN rollouts o "
+        "ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id WHERE g.run_id = ?1");
     s.bind_text(1, run_id);
     s.step();
     r.env_calls = static_cast<double>(s.column_int64(0));
-    store::Statement infra = db.prepare(
-        "SELECT count(*) FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "
-        "WHERE g.run_id = ?1 AND u.verdict = 'infra_error'");
-    infra.bind_text(1, run_id);
-    infra.step();
-    r.infra_errors = infra.column_int64(0);
+    r.infra_errors = s.column_int64(1);
     if (r.env_calls == 0) {  // no turn rows: the trainer's per-step counts
       double sum = 0;
       bool any = false;
