@@ -156,6 +156,7 @@ TEST_CASE("rl trainer: GRPO raises the share of accepted answers (binary reward,
   for (int64_t seed : seeds) {
     CAPTURE(seed);
     exp.train.seed = seed;
+    exp.logging.new_logprobs = seed == seeds.back();  // the post-update pass, stored on one seed
     test::TempDir out;
     store::Store db(out.path / "leap.db");
     const auto s = train_run(exp, db, grader, (out.path / "results").string());
@@ -169,6 +170,12 @@ TEST_CASE("rl trainer: GRPO raises the share of accepted answers (binary reward,
       CHECK(db.count_rows("rollouts") == 8 * 2 * 8);
       CHECK(scalar(db, "SELECT COUNT(*) FROM metrics WHERE name = 'loss'") == 8);
       CHECK(scalar(db, "SELECT COUNT(*) FROM turns WHERE old_logprob_mean IS NULL") == 0);
+      CHECK(scalar(db, "SELECT COUNT(*) FROM turns WHERE new_logprob_mean IS NOT NULL") == 0);  // off
+    }
+    if (seed == seeds.back()) {
+      CHECK(scalar(db, "SELECT COUNT(*) FROM turns WHERE new_logprob_mean IS NULL") == 0);
+      // The policy moved: the post-update means are not the old ones.
+      CHECK(scalar(db, "SELECT COUNT(*) FROM turns WHERE new_logprob_mean != old_logprob_mean") > 0);
     }
   }
   double mean = 0;

@@ -167,6 +167,10 @@ struct TrainConfig {
   int64_t ppo_epochs = 1;
   int64_t grad_accum = 1;
   bool share_prompts = true;        ///< run a shared prompt prefix once per micro-batch (issue 19)
+  /// Where PPO's old log-probs come from: `rollout` (the sampler's log-probs of the same tokens,
+  /// no extra forward), `recompute` (a no-grad forward over every sample before the update) or
+  /// `auto` (rollout when generation and update both compute in fp32, else recompute).
+  std::string old_logprobs = "auto";
   int64_t checkpoint_every = 50;    ///< steps; 0 = only at the end
   int64_t eval_every = 25;          ///< steps; 0 = never
   SftConfig sft;
@@ -185,6 +189,9 @@ struct LoggingConfig {
   std::string level = "info";   ///< trace | debug | info | warn | error
   bool progress = true;          ///< progress line with rate and ETA on long loops
   bool store_text = true;        ///< keep prompt and completion text in the store
+  /// Store each turn's mean log-prob after the update (turns.new_logprob_mean): one more no-grad
+  /// forward over the step's samples; off leaves the column NULL.
+  bool new_logprobs = false;
 };
 
 /// `dist:` data-parallel training over c10d.

@@ -207,6 +207,10 @@ std::vector<Field> build() {
   s.push_back(F("train.share_prompts", FT::Bool, member(&E_::train, &TrainConfig::share_prompts),
                 "samples of a micro-batch that share a prompt prefix run it once (exact gradients); "
                 "false = every sample runs its whole context"));
+  s.push_back(E("train.old_logprobs", {"auto", "rollout", "recompute"},
+                member(&E_::train, &TrainConfig::old_logprobs),
+                "PPO's old log-probs: the sampler's (rollout, no extra forward), a no-grad forward before the "
+                "update (recompute), or auto (rollout when generation and update compute in fp32)"));
   s.push_back(F("train.checkpoint_every", FT::Int, member(&E_::train, &TrainConfig::checkpoint_every),
                 "checkpoint every N steps; 0 = only at the end", 0, kInf));
   s.push_back(F("train.eval_every", FT::Int, member(&E_::train, &TrainConfig::eval_every),
@@ -236,6 +240,8 @@ std::vector<Field> build() {
                 "progress line with rate and ETA on long loops"));
   s.push_back(F("logging.store_text", FT::Bool, member(&E_::logging, &LoggingConfig::store_text),
                 "keep prompt and completion text in the store"));
+  s.push_back(F("logging.new_logprobs", FT::Bool, member(&E_::logging, &LoggingConfig::new_logprobs),
+                "store each turn's mean log-prob after the update (one more no-grad forward per step)"));
   // dist
   s.push_back(E("dist.backend", {"auto", "nccl", "gloo"}, member(&E_::dist, &DistConfig::backend),
                 "c10d backend; auto = nccl on GPUs, gloo on CPUs"));

@@ -52,6 +52,7 @@ std::vector<Sample> LocalPolicy::generate(const std::vector<Prompt>& prompts, co
       Sample& s = out[i];
       s.prompt_ids = std::move(ids[i]);
       s.completion_ids = c.tokens;
+      s.logprobs = c.logprobs;
       s.truncated = c.finish == model::FinishReason::Length;
       std::vector<model::TokenId> body;
       for (auto t : c.tokens)

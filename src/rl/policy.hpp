@@ -28,6 +28,10 @@ struct Sample {
   std::string text;                    ///< decoded completion, special tokens removed
   std::vector<int64_t> prompt_ids;     ///< the rendered prompt's token ids
   std::vector<int64_t> completion_ids; ///< generated token ids (including the stop token)
+  /// Per completion token, its log-prob (nats) under the distribution it was drawn from before
+  /// top-k / top-p: log_softmax(logits / temperature), temperature 0 read as 1 (the update's
+  /// log-probs of the same tokens). Empty when the policy does not report them.
+  std::vector<float> logprobs;
   bool truncated = false;              ///< stopped by max_new_tokens
 };
 

@@ -16,8 +16,10 @@
 namespace leap::rl {
 
 /// (group, rollout, turn index 0-based) -> (old, new) mean per-token log-prob of the turn's
-/// training sample (nats). Turns that were not trained have no entry.
-using LogprobMeans = std::map<std::tuple<size_t, size_t, size_t>, std::pair<double, double>>;
+/// training sample (nats); new is empty when not computed (logging.new_logprobs off). Turns that
+/// were not trained have no entry.
+using LogprobMeans =
+    std::map<std::tuple<size_t, size_t, size_t>, std::pair<double, std::optional<double>>>;
 
 /// The store identity of a task of set `task_set`.
 store::TaskInfo task_info(const std::string& task_set, const tasks::TaskSpec& spec);

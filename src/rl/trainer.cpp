@@ -387,6 +387,9 @@ UpdateOptions update_options(const Run& r) {
   u.temperature = exp.rollout.temperature > 0 ? exp.rollout.temperature : 1.0;
   u.max_len = exp.rollout.max_new_tokens;
   u.autocast_bf16 = r.device.is_cuda() && exp.model.dtype != "fp32";
+  // The sampler's log-probs are the old ones when it computed them as the update does (fp32).
+  u.old_logprobs_from_rollout =
+      exp.train.old_logprobs == "rollout" || (exp.train.old_logprobs == "auto" && !u.autocast_bf16);
   u.pad_id = r.policy->stop_ids().front();
   u.group = r.pg;
   return u;
@@ -540,6 +543,7 @@ StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vec
     TrainSample s;
     s.prompt_ids = tr.sample.prompt_ids;
     s.completion_ids = tr.sample.completion_ids;
+    s.rollout_logp = tr.sample.logprobs;
     s.advantage = advantage;
     s.segment_id = segment;
     out.samples.push_back(std::move(s));
@@ -567,8 +571,8 @@ StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vec
 }
 
 /// Old (and reference) log-probs, segment_mean's fixed weights over the step and all ranks, the
-/// PPO epochs at the step's learning rate, then the new log-prob means. Every rank takes part
-/// (collectives), with or without samples.
+/// PPO epochs at the step's learning rate, then (logging.new_logprobs) the new log-prob means.
+/// Every rank takes part (collectives), with or without samples.
 UpdateStats update_policy(Run& r, std::vector<TrainSample>& samples, int64_t step) {
   if (samples.empty() && !r.pg) return {};
   compute_old_logprobs(r.model, r.exp.loss.kl_beta > 0 ? &r.reference : nullptr, samples, r.update);
@@ -577,7 +581,7 @@ UpdateStats update_policy(Run& r, std::vector<TrainSample>& samples, int64_t ste
   UpdateOptions uo = r.update;
   uo.seed = util::mix_seed(r.rank_seed, static_cast<uint64_t>(step) + 0xABCD);
   const UpdateStats us = ppo_update(r.model, *r.optimizer, r.params, samples, uo);
-  compute_new_logprob_means(r.model, samples, r.update);
+  if (r.exp.logging.new_logprobs) compute_new_logprob_means(r.model, samples, r.update);
   return us;
 }
 
@@ -621,7 +625,9 @@ void add_rows(Run& r, store::StepRecord& rec, const std::vector<GroupResult>& gr
   LogprobMeans means;
   for (size_t k = 0; k < ss.samples.size(); ++k)
     if (!ss.where[k].summary)
-      means[{ss.where[k].g, ss.where[k].i, ss.where[k].t}] = {ss.samples[k].old_logprob_mean, ss.samples[k].new_logprob_mean};
+      means[{ss.where[k].g, ss.where[k].i, ss.where[k].t}] = {
+          ss.samples[k].old_logprob_mean,
+          r.exp.logging.new_logprobs ? std::optional<double>(ss.samples[k].new_logprob_mean) : std::nullopt};
   rec.groups = group_records(groups, scored, batch.tasks, r.set.name, means, r.exp.logging.store_text);
   for (auto& gr : rec.groups) gr.group_index += static_cast<int64_t>(batch.lo);  // position in the global batch
   for (size_t g = 0; g < groups.size(); ++g)

@@ -221,11 +221,9 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
   return {torch::cat(lps, 0).index_select(0, inv), torch::cat(ents, 0).index_select(0, inv)};
 }
 
-void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, const UpdateOptions& o,
-                   const std::function<void(TrainSample&, const float*, int64_t)>& sink) {
+void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, std::vector<size_t> order,
+                   const UpdateOptions& o, const std::function<void(TrainSample&, const float*, int64_t)>& sink) {
   torch::NoGradGuard ng;
-  std::vector<size_t> order(samples.size());
-  std::iota(order.begin(), order.end(), 0);
   // The order of a no-grad pass does not matter: sorted by context, so samples that share a
   // prefix fall into the same batch.
   if (o.share_prompts)
@@ -239,6 +237,12 @@ void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, con
       sink(s, lp[static_cast<int64_t>(r)].data_ptr<float>(), static_cast<int64_t>(s.completion_ids.size()));
     }
   }
+}
+
+std::vector<size_t> all_indices(size_t n) {
+  std::vector<size_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
 }
 
 double mean_of(const float* p, int64_t n) {
@@ -321,20 +325,32 @@ double finish_step(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& 
 
 }  // namespace
 
-void compute_old_logprobs(model::Transformer& policy, model::Transformer* reference, std::vector<TrainSample>& samples,
-                          const UpdateOptions& options) {
-  fill_logprobs(policy, samples, options, [](TrainSample& s, const float* p, int64_t n) {
+size_t compute_old_logprobs(model::Transformer& policy, model::Transformer* reference,
+                            std::vector<TrainSample>& samples, const UpdateOptions& options) {
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto& s = samples[i];
+    if (options.old_logprobs_from_rollout && !s.completion_ids.empty() &&
+        s.rollout_logp.size() == s.completion_ids.size()) {
+      s.old_logp = s.rollout_logp;
+      s.old_logprob_mean = mean_of(s.old_logp.data(), static_cast<int64_t>(s.old_logp.size()));
+    } else {
+      todo.push_back(i);
+    }
+  }
+  fill_logprobs(policy, samples, todo, options, [](TrainSample& s, const float* p, int64_t n) {
     s.old_logp.assign(p, p + n);
     s.old_logprob_mean = mean_of(p, n);
   });
   if (reference)
-    fill_logprobs(*reference, samples, options,
+    fill_logprobs(*reference, samples, all_indices(samples.size()), options,
                   [](TrainSample& s, const float* p, int64_t n) { s.ref_logp.assign(p, p + n); });
+  return todo.size();
 }
 
 void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSample>& samples,
                                const UpdateOptions& options) {
-  fill_logprobs(policy, samples, options,
+  fill_logprobs(policy, samples, all_indices(samples.size()), options,
                 [](TrainSample& s, const float* p, int64_t n) { s.new_logprob_mean = mean_of(p, n); });
 }
 

@@ -31,6 +31,9 @@ struct TrainSample {
   /// segment_mean: the sample's fixed share of the RL step's loss, 1 / (tokens of its segment *
   /// segments), both counted over the whole step and all ranks (set_segment_weights); < 0: unset.
   double weight = -1;
+  /// The sampler's log-prob of each completion token (rl::Sample::logprobs); empty if unknown.
+  /// With UpdateOptions::old_logprobs_from_rollout they are the sample's old log-probs.
+  std::vector<float> rollout_logp;
   // Filled by the update:
   std::vector<float> old_logp;          ///< per completion token, before the update (nats)
   std::vector<float> ref_logp;          ///< per completion token under the frozen reference
@@ -57,6 +60,11 @@ struct UpdateOptions {
   /// log-probs and gradients equal the unshared ones up to float rounding. false: every sample
   /// runs its whole context.
   bool share_prompts = true;
+  /// compute_old_logprobs takes a sample's old log-probs from its rollout_logp (when it has one
+  /// per completion token) instead of a forward: the sampler computed them with the same weights
+  /// and temperature, so only the numerics of the KV-cached decode differ (fp32: ~1e-6). Off
+  /// (train.old_logprobs: recompute) for bf16, where the two differ by more.
+  bool old_logprobs_from_rollout = false;
   /// Data-parallel group (not owned), or null for one process. With a group, every rank passes
   /// its own samples (counts may differ, even 0); mini_batch_size and grad_accum are per rank,
   /// so one optimizer step takes up to world_size * mini_batch_size * grad_accum samples. The
@@ -103,9 +111,12 @@ std::vector<double> step_weights(const std::vector<TrainSample>& samples, const 
                                  const UpdateOptions& options, size_t steps_per_epoch);
 
 /// Fills old_logp / old_logprob_mean of every sample with the current policy (no grad), and
-/// ref_logp with `reference` when it is given (k3 KL). Batches of `mini_batch_size`.
-void compute_old_logprobs(model::Transformer& policy, model::Transformer* reference, std::vector<TrainSample>& samples,
-                          const UpdateOptions& options);
+/// ref_logp with `reference` when it is given (k3 KL). Batches of `mini_batch_size`. With
+/// options.old_logprobs_from_rollout a sample whose rollout_logp has one value per completion
+/// token takes those instead (no forward); the others are computed. Returns how many samples
+/// were computed by a forward of the policy.
+size_t compute_old_logprobs(model::Transformer& policy, model::Transformer* reference,
+                            std::vector<TrainSample>& samples, const UpdateOptions& options);
 
 /// Fills new_logprob_mean of every sample with the current policy (no grad).
 void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSample>& samples,
