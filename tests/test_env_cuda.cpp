@@ -41,6 +41,22 @@ namespace {
 
 const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
 
+// One worker, a 5 s job limit, `max_jobs` jobs per worker process.
+PoolOptions one_worker_pool(int max_jobs) {
+  PoolOptions o;
+  o.workers = 1;
+  o.run_timeout_s = 5.0;
+  o.max_jobs_per_worker = max_jobs;
+  return o;
+}
+
+RunRequest timed_request(int warmup, int trials) {
+  RunRequest r;
+  r.warmup = warmup;
+  r.trials = trials;
+  return r;
+}
+
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   std::ostringstream s;
@@ -371,7 +387,7 @@ TEST_CASE("env cuda: without a GPU the backend says so") {
     LaunchPlan plan = parse_launch_plan(kVaddPlan, t, backend->plan_options());
     BoundPlan bound = bind_plan(plan, t, backend->limits());
     SharedBuffers buf(bound.tensors);
-    WorkerPool pool(backend, PoolOptions{1, 5.0, 1});
+    WorkerPool pool(backend, one_worker_pool(1));
     RunRequest req;
     req.reference = ReferenceProgram{kVaddReference, "", "vadd.yaml", 2};
     RunOutcome r = pool.run(Artifact{}, bound, buf, req);
@@ -385,7 +401,7 @@ TEST_CASE("env cuda: without a GPU the backend says so") {
   REQUIRE(c.ok);
   BoundPlan bound = bind_plan(plan, t, backend->limits(), &c.artifact.exports);
   SharedBuffers buf(bound.tensors);
-  WorkerPool pool(backend, PoolOptions{1, 5.0, 1});
+  WorkerPool pool(backend, one_worker_pool(1));
   RunOutcome r = pool.run(c.artifact, bound, buf);
   CHECK(r.verdict == Verdict::runtime_error);
   CHECK(contains(r.message, "cannot run cuda code here"));
@@ -404,7 +420,7 @@ struct GpuFixture {
     CudaBackendOptions o;
     o.nvrtc.cache_dir = dir.path.string();
     backend = std::make_shared<CudaBackend>(o);
-    pool = std::make_unique<WorkerPool>(backend, PoolOptions{1, 5.0, 4});
+    pool = std::make_unique<WorkerPool>(backend, one_worker_pool(4));
   }
   RunOutcome run(const TaskInterface& t, const std::string& code, const std::string& plan_yaml,
                  std::unique_ptr<SharedBuffers>& buf, BoundPlan& bound, const RunRequest& req = {}) {
@@ -438,7 +454,7 @@ TEST_CASE("env cuda gpu: a kernel runs on the GPU and its outputs come back, wit
   bound = bind_plan(plan, t, f.backend->limits());
   buf = std::make_unique<SharedBuffers>(bound.tensors);
   fill_vadd(*buf, n);
-  RunOutcome r = f.run(t, kVaddCode, kVaddPlan, buf, bound, RunRequest{2, 5, 0, {}, std::nullopt});
+  RunOutcome r = f.run(t, kVaddCode, kVaddPlan, buf, bound, timed_request(2, 5));
   CAPTURE(r.message);
   REQUIRE(r.ok());
   CHECK(r.times_ms.size() == 5);
@@ -593,7 +609,8 @@ TEST_CASE("env cuda gpu: a reference job runs the TorchScript on the GPU, timed 
   BoundPlan bound = bind_plan(plan, t, f.backend->limits());
   SharedBuffers buf(bound.tensors);
   fill_vadd(buf, n);
-  RunRequest req{2, 5, 0, {}, ReferenceProgram{kVaddReference, "", "vadd.yaml", 2}};
+  RunRequest req = timed_request(2, 5);
+  req.reference = ReferenceProgram{kVaddReference, "", "vadd.yaml", 2};
   RunOutcome r = f.pool->run(Artifact{}, bound, buf, req);
   CAPTURE(r.message);
   REQUIRE(r.ok());

@@ -94,6 +94,36 @@ std::string inputs_text(const RuntimeTask& task, int seed_index) {
   return s;
 }
 
+/// Rotated input/output sets for a timing job: R - 1 renamed copies ("name#r") of the plan's
+/// first `count` tensors are appended to `plan`; returns rotation r's tensor index for every
+/// position (identity for the positions not copied and for r = 0).
+std::vector<std::vector<int>> add_rotated_sets(BoundPlan& plan, size_t count, int R) {
+  std::vector<int> identity(plan.tensors.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
+  std::vector<std::vector<int>> rotations(static_cast<size_t>(std::max(0, R)), identity);
+  const std::vector<BoundTensor> base = plan.tensors;
+  for (int r = 1; r < R; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      BoundTensor copy = base[i];
+      copy.name += "#" + std::to_string(r);
+      rotations[static_cast<size_t>(r)][i] = static_cast<int>(plan.tensors.size());
+      plan.tensors.push_back(copy);
+    }
+  return rotations;
+}
+
+/// A timing job's request from the verifier's schedule (warm-up, trials, time box) over `rotations`.
+RunRequest timing_request(const VerifierOptions& o, const std::vector<std::vector<int>>& rotations) {
+  RunRequest r;
+  r.warmup = o.warmup;
+  r.trials = o.trials;
+  r.max_seconds = o.max_seconds;
+  r.rotations = rotations;
+  r.warmup_ms = o.warmup_ms;
+  r.min_timed_ms = o.min_timed_ms;
+  return r;
+}
+
 }  // namespace
 
 uint64_t input_seed(const RuntimeTask& task, uint64_t base, int seed_index) {
@@ -224,7 +254,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     for (int attempt = 0;; ++attempt) {
       {
         std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
-        run = pool_->run(comp.artifact, bound, buf, RunRequest{0, 1, 0, {}, std::nullopt});
+        run = pool_->run(comp.artifact, bound, buf, RunRequest{});  // defaults: no warm-up, one run
       }
       if (run.verdict != Verdict::infra_error || attempt == 1) break;
       ++infra_retries;  // the device was out of memory: once more, from poisoned outputs again
@@ -278,14 +308,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     BoundPlan& tplan = job.plan;
     tplan = bound;
     std::vector<std::vector<int>>& rotations = job.rotations;
-    rotations.assign(static_cast<size_t>(R), identity);
-    for (int r = 1; r < R; ++r)
-      for (size_t i = 0; i < n_in + n_out; ++i) {
-        BoundTensor copy = bound.tensors[i];
-        copy.name += "#" + std::to_string(r);
-        rotations[static_cast<size_t>(r)][i] = static_cast<int>(tplan.tensors.size());
-        tplan.tensors.push_back(copy);
-      }
+    rotations = add_rotated_sets(tplan, n_in + n_out, R);
     // The secret: rewrite positions and checked runs the candidate cannot know in advance.
     std::random_device rd;
     uint64_t secret = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ util::fnv1a64(comp.artifact.key);
@@ -300,9 +323,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     size_t n_checked = strict ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, options_.checked_runs)));
     n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes));
     RunRequest& treq = job.request;
-    treq = RunRequest{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
-    treq.warmup_ms = options_.warmup_ms;
-    treq.min_timed_ms = options_.min_timed_ms;
+    treq = timing_request(options_, rotations);
     treq.rewrite_seed = secret;
     treq.rewrite_inputs = rewrite_inputs;
     for (size_t k = 0; k < n_checked; ++k) {
@@ -389,18 +410,9 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // the CPU; both on the one schedule (env/timing_schedule.hpp), TF32 off for fp32. Returns why
   // the GPU reference could not be timed (an infrastructure error: never a CPU time instead).
   auto time_reference = [&](double& ms, int& n) -> std::optional<std::string> {
-    std::vector<std::vector<int>> rotations(static_cast<size_t>(R), identity);
     BoundPlan rplan = bound;
-    for (int r = 1; r < R; ++r)
-      for (size_t i = 0; i < n_in; ++i) {
-        BoundTensor copy = bound.tensors[i];
-        copy.name += "#" + std::to_string(r);
-        rotations[static_cast<size_t>(r)][i] = static_cast<int>(rplan.tensors.size());
-        rplan.tensors.push_back(copy);
-      }
-    RunRequest rreq{options_.warmup, options_.trials, options_.max_seconds, rotations, std::nullopt};
-    rreq.warmup_ms = options_.warmup_ms;
-    rreq.min_timed_ms = options_.min_timed_ms;
+    const std::vector<std::vector<int>> rotations = add_rotated_sets(rplan, n_in, R);
+    RunRequest rreq = timing_request(options_, rotations);
     if (!gpu_reference.empty()) {
       rreq.reference = ReferenceProgram{task.spec().reference.torchscript, task.spec().reference.file, task.spec().file,
                                         static_cast<int>(n_in)};
