@@ -55,7 +55,7 @@ except ImportError as e:  # the C++ command turns exit 4 into a clear message
     sys.stderr.write(f"kernelbench_import: cannot import torch ({e}); run scripts/setup.sh or set LEAP_PYTHON\n")
     sys.exit(4)
 
-IMPORTER_VERSION = 3  # part of the resume key: tasks written by another version are redone
+IMPORTER_VERSION = 4  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 GIB = 1024 ** 3
@@ -151,9 +151,27 @@ def const_value(node):
         return None
 
 
+def _unpacked_targets(node):
+    """[(symbol, value)] of a tuple-unpacking assignment of int literals, `D, H, W = 16, 32, 32`
+    (each name its own symbol), else []."""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Tuple):
+        return []
+    names, value = node.targets[0].elts, node.value
+    if not isinstance(value, ast.Tuple) or len(value.elts) != len(names) or \
+            not all(isinstance(t, ast.Name) for t in names):
+        return []
+    vals = [const_value(e) for e in value.elts]
+    if any(v is None for v in vals):
+        return []
+    return [(t.id, v) for t, v in zip(names, vals) if v > 1]
+
+
 def _size_targets(node):
     """[(symbol, value)] a module-level assignment defines: `a = b = 128` gives a and b; a tuple of
-    int literals `shape = (32768, 64)` gives shape_0 and shape_1."""
+    int literals `shape = (32768, 64)` gives shape_0 and shape_1; `a, b = 16, 32` gives a and b."""
+    unpacked = _unpacked_targets(node)
+    if unpacked:
+        return unpacked
     if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
         return []
     v = const_value(node.value)
@@ -180,8 +198,8 @@ def source_literals(src):
     the problem may rely on."""
     out = set()
     tree = ast.parse(src)
-    sizes = {id(n) for node in tree.body if isinstance(node, ast.Assign) and const_value(node.value) is not None
-             for n in ast.walk(node.value)}
+    sizes = {id(n) for node in tree.body if isinstance(node, ast.Assign) and
+             (const_value(node.value) is not None or _unpacked_targets(node)) for n in ast.walk(node.value)}
     for n in ast.walk(tree):
         if id(n) in sizes:
             continue
@@ -198,7 +216,11 @@ def load_module(path, src, overrides=None):
         for node in tree.body:
             if not _size_targets(node):
                 continue
-            if isinstance(node.value, ast.Tuple):
+            if isinstance(node.targets[0], ast.Tuple):  # a, b = 16, 32
+                for i, t in enumerate(node.targets[0].elts):
+                    if t.id in overrides:
+                        node.value.elts[i] = ast.copy_location(ast.Constant(overrides[t.id]), node.value.elts[i])
+            elif isinstance(node.value, ast.Tuple):
                 name = node.targets[0].id
                 for i, e in enumerate(node.value.elts):
                     if f"{name}_{i}" in overrides:
@@ -258,20 +280,30 @@ class Recorder:
         for n, f in self.saved.items():
             setattr(torch, n, f)
 
-    def init_of(self, t):
-        """init mapping text for input tensor t."""
+    def randint_bounds(self, t):
+        """(low, high) of the torch.randint call that made input tensor t, else None."""
+        rec = self.seen.get(id(t))
+        if rec is None or rec[3] is not t or rec[0] != "randint":
+            return None
+        a, k = rec[1], rec[2]
+        ints = [x for x in a if type(x) is int]
+        low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1]) if len(ints) >= 2 else (None, None)
+        low, high = k.get("low", low), k.get("high", high)
+        return (low, high) if type(low) is int and type(high) is int else None
+
+    def init_of(self, t, bound_text=str):
+        """init mapping text for input tensor t; `bound_text(j, value)` writes a randint bound
+        (j 0: low, 1: high), a number or a size symbol."""
         rec = self.seen.get(id(t))
         if rec is not None and rec[3] is t:
-            name, a, k = rec[0], rec[1], rec[2]
+            name = rec[0]
             if name == "rand":
                 return "{uniform: {low: 0, high: 1}}"
             if name == "randn":
                 return "{normal: {mean: 0, std: 1}}"
-            ints = [x for x in a if isinstance(x, int)]
-            low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1]) if len(ints) >= 2 else (None, None)
-            low, high = k.get("low", low), k.get("high", high)
-            if low is not None and high is not None:
-                return f"{{randint: {{low: {low}, high: {high}}}}}"
+            b = self.randint_bounds(t)
+            if b is not None:
+                return f"{{randint: {{low: {bound_text(0, b[0])}, high: {bound_text(1, b[1])}}}}}"
         if t.dtype == torch.bool:
             return None
         if not t.is_floating_point():  # integer tensor of unknown origin: the observed range
@@ -949,7 +981,7 @@ def convert_at(level, pid, path, out_dir, o, factor):
             if ref_a is not None and not roles_kept(ref_a, found[1]):
                 cpu_note = "no smaller sizes keep every dimension's role"
                 break
-            Cp = Problem(path, src, over, seed, record=False)
+            Cp = Problem(path, src, over, seed, record=True)
             wC = weights_for(Cp)
             if any(k not in wC for k in keys):
                 cpu_note = "its parameters differ at other sizes"
@@ -1018,9 +1050,23 @@ def convert_at(level, pid, path, out_dir, o, factor):
 
         def shape_text(e):
             return "[" + ", ".join(e) + "]"
+        def bound_writer(i):
+            """A randint bound of input i as the size symbol it follows (the same value as the
+            symbol at the traced sizes and at the cpu sizes, where one of them differs from
+            KernelBench's), else the number."""
+            bC = C.rec.randint_bounds(C.raw_inputs[i]) if C is not None else None
+
+            def text(k, v):
+                for n in used_symbols:
+                    if T.ints.get(n) != v or (C is not None and (bC is None or C.ints.get(n) != bC[k])):
+                        continue
+                    if T.ints.get(n) != F_ints.get(n) or (C is not None and C.ints.get(n) != F_ints.get(n)):
+                        return n
+                return str(v)
+            return text
         for j, i in enumerate(T.tensor_idx):
             t = T.raw_inputs[i]
-            init = T.rec.init_of(t)
+            init = T.rec.init_of(t, bound_writer(i))
             if j in strict and init is not None:
                 init = init[:-1] + ", strict: true}"
             lines_in.append(f"  {T.names[i]}: {{dtype: {dtype_name(t, 'input ' + T.names[i])}, shape: {shape_text(exprs[j])}"
@@ -1265,6 +1311,46 @@ def run_isolated(level, pid, path, o):
 
 # ---- the import: resume, record, report ----------------------------------------------------------
 
+def _changed_in_v4(src, task, skip_reason, o):
+    """Whether version 4 may convert this problem differently from version 3: a `randint` input
+    (its bounds now follow the size symbols), or a tuple-unpacked size assignment (`a, b = 16, 32`,
+    now size symbols) in a problem that version 3 skipped or left without cpu sizes within
+    --cpu-ms (the problems the new symbols can change)."""
+    if "randint" in src:
+        return True
+    try:
+        unpacked = any(_unpacked_targets(n) for n in ast.parse(src).body)
+    except SyntaxError:
+        return False
+    if not unpacked:
+        return False
+    if skip_reason is not None:
+        return True
+    ms = task.get("cpu_reference_ms")
+    try:
+        slow = ms is None or float(ms) > o.cpu_ms
+    except ValueError:
+        slow = True
+    return slow or "cpu_sizes" in task
+
+
+# version -> the test of a record of the version before it (changed: redo; else keep)
+CHANGES = {4: _changed_in_v4}
+OLDEST_KEPT = 3  # records of older versions are always redone
+
+
+def still_current(version, src, o, task=None, skip_reason=None):
+    """Whether an import record (a task's `source:` mapping, or a skip's reason) written by importer
+    `version` is what this version would write: the same version, or an older one (from
+    OLDEST_KEPT) that none of the CHANGES since affects. So a change that touches a few problems
+    redoes only those."""
+    if version == IMPORTER_VERSION:
+        return True
+    if version < OLDEST_KEPT or version > IMPORTER_VERSION:
+        return False
+    return not any(CHANGES[v](src, task or {}, skip_reason, o) for v in range(version + 1, IMPORTER_VERSION + 1))
+
+
 def read_task_source(tdir):
     """{key: value} of the `source:` block of an imported task.yaml (read as text: no yaml module)."""
     out = {}
@@ -1406,18 +1492,23 @@ def main():
 
     for level, pid, path in problems:
         rel = os.path.relpath(path, o.kb_dir)
-        sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        raw = open(path, "rb").read()
+        sha = hashlib.sha256(raw).hexdigest()
         key = f"{sha[:16]}-v{IMPORTER_VERSION}-s{o.seed}"
         task = task_name(level, path)
         tdir = os.path.join(o.out, task)
         if not o.force:
+            src = raw.decode("utf-8", errors="replace")
             s = read_task_source(tdir)
-            if s and s.get("sha256") == sha and s.get("importer") == str(IMPORTER_VERSION) and s.get("seed") == str(o.seed):
+            if s and s.get("sha256") == sha and s.get("seed") == str(o.seed) and \
+                    re.fullmatch(r"\d+", s.get("importer", "")) and still_current(int(s["importer"]), src, o, task=s):
                 n_kept += 1
                 print(f"kept  {rel} -> {task} (imported before from the same source)", flush=True)
                 continue
             prev = old_skips.get(rel)
-            if prev and prev[0] == f"{key}-{settings}":
+            m = re.fullmatch(r"([0-9a-f]{16})-v(\d+)-s(-?\d+)-(.*)", prev[0]) if prev else None
+            if m and m.group(1) == sha[:16] and m.group(3) == str(o.seed) and m.group(4) == settings and \
+                    still_current(int(m.group(2)), src, o, skip_reason=prev[1]):
                 skipped[rel] = (level, pid, prev[0], prev[1])
                 print(f"kept  {rel}: skipped before ({prev[1]})", flush=True)
                 write_skipped()
