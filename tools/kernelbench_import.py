@@ -55,7 +55,7 @@ except ImportError as e:  # the C++ command turns exit 4 into a clear message
     sys.stderr.write(f"kernelbench_import: cannot import torch ({e}); run scripts/setup.sh or set LEAP_PYTHON\n")
     sys.exit(4)
 
-IMPORTER_VERSION = 4  # part of the resume key; see still_current() for what older versions keep
+IMPORTER_VERSION = 5  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 GIB = 1024 ** 3
@@ -699,6 +699,45 @@ def generate(rule, shape, seed, dtype):
     return t.to(dtype).contiguous()
 
 
+# ---- devices written into a trace ----------------------------------------------------------------
+
+def unbake_devices(traced):
+    """Replaces every device constant of a trace's graphs (torch.jit.trace records the device of a
+    tensor created in forward, `torch.zeros(n, device=x.device)` or `torch.arange(n)`, as the
+    constant 'cpu') with the device of the graph's first tensor input (`prim::device(x)`), so the
+    reference follows its inputs to the GPU. Returns the number of constants replaced."""
+    n = 0
+    for sub in [traced] + [m for _, m in traced.named_modules()][1:]:
+        try:
+            g = sub.forward.graph
+        except (AttributeError, RuntimeError):
+            continue
+        first = next((v for v in list(g.inputs())[1:] if v.type().kind() == "TensorType"), None)
+        if first is None:
+            continue
+        for c in g.findAllNodes("prim::Constant", True):
+            if c.output().type().kind() != "DeviceObjType":
+                continue
+            d = g.create("prim::device", [first])
+            d.output().setType(torch._C.DeviceObjType.get())
+            d.insertBefore(c)
+            c.output().replaceAllUsesWith(d.output())
+            c.destroy()
+            n += 1
+    return n
+
+
+def saved_device_constants(ref_file):
+    """Whether a saved TorchScript module's code writes a device as a constant (`torch.device(...)`,
+    what a trace of a tensor created in forward leaves without unbake_devices)."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(ref_file) as z:
+            return any(b"torch.device(" in z.read(n) for n in z.namelist() if n.endswith(".py"))
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return True  # unreadable: redo it
+
+
 # ---- one problem ---------------------------------------------------------------------------------
 
 def same(a, b):
@@ -873,6 +912,9 @@ def convert_at(level, pid, path, out_dir, o, factor):
             warnings.simplefilter("always")
             with torch.no_grad():
                 tr = torch.jit.trace(Ref(T, keys), tuple(tensors) + tuple(state[k] for k in keys), check_trace=False)
+        n = unbake_devices(tr)
+        if n:
+            info["unbaked_devices"] = n
         return tr, [str(w.message) for w in caught if "Tracer" in type(w.message).__name__]
 
     try:
@@ -1114,6 +1156,8 @@ def convert_at(level, pid, path, out_dir, o, factor):
                  + ("" if trace_over is None else " " + yaml_str(", ".join(f"{k}={v}" for k, v in info["traced_sizes"].items()))))
         if T.batch_norms:
             y.append(f"  batch_norm: {yaml_str(f'{T.batch_norms} training-mode batch norm(s): batch statistics')}")
+        if info.get("unbaked_devices"):
+            y.append(f"  devices: {yaml_str(str(info['unbaked_devices']) + ' device constant(s) of the trace follow the first input')}")
         if cpu_note:
             y.append(f"  cpu_sizes: {yaml_str(cpu_note)}")
         if cpu_ms is not None:
@@ -1334,8 +1378,14 @@ def _changed_in_v4(src, task, skip_reason, o):
     return slow or "cpu_sizes" in task
 
 
+def _changed_in_v5(src, task, skip_reason, o):
+    """Whether version 5 may convert this problem differently from version 4: a task whose stored
+    reference has a device written into it (version 5 traces follow their inputs' device)."""
+    return skip_reason is None and "_dir" in task and saved_device_constants(os.path.join(task["_dir"], "reference.pt"))
+
+
 # version -> the test of a record of the version before it (changed: redo; else keep)
-CHANGES = {4: _changed_in_v4}
+CHANGES = {4: _changed_in_v4, 5: _changed_in_v5}
 OLDEST_KEPT = 3  # records of older versions are always redone
 
 
@@ -1500,6 +1550,8 @@ def main():
         if not o.force:
             src = raw.decode("utf-8", errors="replace")
             s = read_task_source(tdir)
+            if s:
+                s["_dir"] = tdir
             if s and s.get("sha256") == sha and s.get("seed") == str(o.seed) and \
                     re.fullmatch(r"\d+", s.get("importer", "")) and still_current(int(s["importer"]), src, o, task=s):
                 n_kept += 1
@@ -1523,7 +1575,7 @@ def main():
             n_done += 1
             skipped.pop(rel, None)
             inf = res["info"]
-            extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "slow_factor", "seconds", "peak_rss") and v is not None)
+            extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "slow_factor", "unbaked_devices", "seconds", "peak_rss") and v is not None)
             print(f"ok    {rel} -> {res['ok']} ({extra})", flush=True)
         else:
             if os.path.isdir(tdir):  # an older import (another source, version or --force): stale now
