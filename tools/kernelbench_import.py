@@ -1045,7 +1045,9 @@ def convert_at(level, pid, path, out_dir, o, factor):
             if got is None:
                 break
             if not close(got, eager) or eval_shapes(Cp.ints) != actual_shapes(Cp, got):
-                cpu_note = "the trace bakes in its sizes (it disagrees with forward at other sizes" + warn + ")"
+                what = "values" if eval_shapes(Cp.ints) == actual_shapes(Cp, got) else \
+                    f"shapes {eval_shapes(Cp.ints)} declared, {actual_shapes(Cp, got)} run"
+                cpu_note = f"the trace bakes in its sizes (it disagrees with forward at other sizes: {what}" + warn + ")"
                 break
             if dt > target_s and attempt < 3 and est_seconds(found[1]) <= limit_est:
                 limit_est = limit_est * target_s / dt / 2
