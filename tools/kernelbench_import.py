@@ -55,7 +55,7 @@ except ImportError as e:  # the C++ command turns exit 4 into a clear message
     sys.stderr.write(f"kernelbench_import: cannot import torch ({e}); run scripts/setup.sh or set LEAP_PYTHON\n")
     sys.exit(4)
 
-IMPORTER_VERSION = 5  # part of the resume key; see still_current() for what older versions keep
+IMPORTER_VERSION = 6  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 GIB = 1024 ** 3
@@ -1386,8 +1386,17 @@ def _changed_in_v5(src, task, skip_reason, o):
     return skip_reason is None and "_dir" in task and saved_device_constants(os.path.join(task["_dir"], "reference.pt"))
 
 
+def _changed_in_v6(src, task, skip_reason, o):
+    """Whether version 6 may convert this problem differently from version 5: a task left without
+    cpu sizes because the trace failed the check at them (version 6 records which check failed;
+    earlier states of version 3 wrote some of these, e.g. a transposed 3-D convolution that now
+    gets cpu sizes)."""
+    note = task.get("cpu_sizes", "")
+    return skip_reason is None and ("bakes in its sizes" in note or "does not run at other sizes" in note)
+
+
 # version -> the test of a record of the version before it (changed: redo; else keep)
-CHANGES = {4: _changed_in_v4, 5: _changed_in_v5}
+CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6}
 OLDEST_KEPT = 3  # records of older versions are always redone
 
 
