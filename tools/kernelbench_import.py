@@ -1592,7 +1592,8 @@ def main():
             if os.path.isdir(tdir):  # an older import (another source, version or --force): stale now
                 shutil.rmtree(tdir, ignore_errors=True)
             skipped[rel] = (level, pid, f"{key}-{settings}", res["skip"])
-            print(f"skip  {rel}: {res['skip']}", flush=True)
+            secs = res.get("info", {}).get("seconds")
+            print(f"skip  {rel}: {res['skip']}" + (f" ({secs} s)" if secs is not None else ""), flush=True)
         write_skipped()
     write_skipped()
     size = folder_bytes(o.out)
