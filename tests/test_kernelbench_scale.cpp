@@ -254,7 +254,8 @@ TEST_CASE("task format: `seed` gives fixed values drawn by LibTorch's generator,
   CHECK_THROWS_WITH(leap::tasks::load_task((tmp.path / "t").string()), doctest::Contains("init.seed: expected a non-negative integer"));
 }
 
-TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in symbols, devices that follow the inputs") {
+TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in symbols, devices that follow the inputs, "
+          "coincidental symbol names") {
   leap::test::TempDir tmp;
   const std::string head = "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
                            "        super().__init__()\n\n";
@@ -276,6 +277,11 @@ TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in sy
             head + "    def forward(self, x):\n        h = torch.zeros(x.shape[0], x.shape[1], device=x.device)\n"
                    "        return x * 3 + h + torch.arange(x.shape[1])\n\nbatch = 64\nfeatures = 32\n\n"
                    "def get_inputs():\n    return [torch.randn(batch, features)]\n\ndef get_init_inputs():\n    return []\n");
+  // A pooled length of 512 that equals the channel count: named by a symbol only by coincidence.
+  tmp.write("kb/4_PoolCoincide.py", head + "    def forward(self, x):\n        return torch.nn.functional.avg_pool1d(x, 2)\n\n"
+                                           "batch = 64\nchannels = 512\nlength = 1024\n\n"
+                                           "def get_inputs():\n    return [torch.randn(batch, channels, length)]\n\n"
+                                           "def get_init_inputs():\n    return []\n");
   const fs::path out = tmp.path / "out";
   const std::string cmd =
       "tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() + " --memory-gb 1.5 --cpu-ms 2 --timeout 120";
@@ -283,7 +289,7 @@ TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in sy
   CAPTURE(r.out);
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
-  CHECK(has(r.out, "3 problems imported"));
+  CHECK(has(r.out, "4 problems imported"));
   auto set = leap::tasks::load_task_set(out.string());
 
   const auto* ce = set.find("001_cross_entropy");
@@ -330,9 +336,20 @@ TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in sy
   auto zin = leap::env::make_inputs(za_cpu, 4, 0);
   CHECK(torch::allclose(za_cpu.reference().run(za_cpu, zin)[0], zin[0] * 3 + torch::arange(32).to(torch::kFloat), 1e-6, 1e-6));
 
+  const auto* pc = set.find("004_pool_coincide");
+  REQUIRE(pc);
+  CHECK(pc->outputs[0].shape[1] == "channels");
+  CHECK(pc->outputs[0].shape[2] != "channels");  // the pooled length follows `length`, not the channels
+  leap::env::RuntimeTask pc_cpu(*pc, "cpu");
+  const auto ps = pc_cpu.input_shapes()[0];
+  CHECK(ps[2] < 1024);
+  CHECK(pc_cpu.output_shapes()[0] == std::vector<int64_t>{ps[0], ps[1], ps[2] / 2});
+  auto pin = leap::env::make_inputs(pc_cpu, 6, 0);
+  CHECK(torch::allclose(pc_cpu.reference().run(pc_cpu, pin)[0], torch::avg_pool1d(pin[0], {2}), 1e-6, 1e-6));
+
   auto v = run_leap("tasks validate " + out.string());
   CAPTURE(v.out);
-  CHECK(has(v.out, "3 tasks: 0 with problems, 0 weak"));
+  CHECK(has(v.out, "4 tasks: 0 with problems, 0 weak"));
 
   // Resume across importer versions: a version-3 record that no later change affects is kept, one
   // with a randint input (its bounds changed in version 4) is redone.
@@ -346,7 +363,7 @@ TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in sy
   }
   auto again = run_leap(cmd);
   CAPTURE(again.out);
-  CHECK(has(again.out, "1 problems imported, 2 kept from before, 0 skipped"));
+  CHECK(has(again.out, "1 problems imported, 3 kept from before, 0 skipped"));
   CHECK(has(again.out, "kept  3_ZerosArange.py -> 003_zeros_arange"));
   CHECK(has(again.out, "ok    1_CrossEntropy.py -> 001_cross_entropy"));
   CHECK(has(leap::test::read_file((out / "003_zeros_arange" / "task.yaml").string()), "  importer: 3\n"));

@@ -55,7 +55,7 @@ except ImportError as e:  # the C++ command turns exit 4 into a clear message
     sys.stderr.write(f"kernelbench_import: cannot import torch ({e}); run scripts/setup.sh or set LEAP_PYTHON\n")
     sys.exit(4)
 
-IMPORTER_VERSION = 6  # part of the resume key; see still_current() for what older versions keep
+IMPORTER_VERSION = 7  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 GIB = 1024 ** 3
@@ -561,7 +561,7 @@ def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbo
     symbol, `(s + c) / m + 1` or `s * m + c` (|c| <= 64, m <= 32), fitted on the meta analyses at
     KernelBench's sizes and at scaled-down sets (shrinkable symbols quartered, halved, halved plus
     1, 3, 5, 7; the traced sizes), simplest first. Fits are checked again at the sizes actually used (eval_shapes)."""
-    if not any(d.isdigit() and int(d) >= 2 for e in exprs for d in e):
+    if not any((d.isdigit() and int(d) >= 2) or re.fullmatch(r"[A-Za-z_]\w*", d) for e in exprs for d in e):
         return
     points = []
     shrinkable = [k for k, v in base.items() if v >= 8 and not NO_SHRINK.search(k)]
@@ -586,6 +586,12 @@ def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbo
     all_shapes = [shapes_of(a) for a in points]
     if any(len(sh) != len(F_shapes) or any(len(x) != len(y) for x, y in zip(sh, F_shapes)) for sh in all_shapes):
         return
+    # A dim named by a symbol only because its value equals the symbol's (a pooling output of 32
+    # where channels = 32) becomes a literal to fit when the symbol does not follow it at other sizes.
+    for i, e in enumerate(exprs):
+        for j, d in enumerate(e):
+            if re.fullmatch(r"[A-Za-z_]\w*", d) and any(a["ints"].get(d) != sh[i][j] for a, sh in zip(points, all_shapes)):
+                e[j] = str(F_shapes[i][j])
     syms = [n for v, n in symbol_of.items()]
     ints = [full_a["ints"]] + [a["ints"] for a in points]
     half = {k: (v // 2 if k in shrinkable else v) for k, v in base.items()}
@@ -1395,8 +1401,17 @@ def _changed_in_v6(src, task, skip_reason, o):
     return skip_reason is None and ("bakes in its sizes" in note or "does not run at other sizes" in note)
 
 
+def _changed_in_v7(src, task, skip_reason, o):
+    """Whether version 7 may convert this problem differently from version 6: a dim named by a
+    symbol of equal value that does not follow it at other sizes is now fitted as a derived dim,
+    so the skips and cpu-size failures for shapes that do not follow the symbols are redone."""
+    if skip_reason is not None:
+        return "do not follow its size symbols" in skip_reason or "cannot be trusted" in skip_reason
+    return "bakes in its sizes" in task.get("cpu_sizes", "")
+
+
 # version -> the test of a record of the version before it (changed: redo; else keep)
-CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6}
+CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6, 7: _changed_in_v7}
 OLDEST_KEPT = 3  # records of older versions are always redone
 
 
