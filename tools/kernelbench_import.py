@@ -28,7 +28,10 @@ Per problem (docs/kernelbench.md has the details):
   `init: {uniform: ..., seed: N}`; the C++ import checks that LibTorch reproduces them), others are
   saved as raw little-endian files;
 - batch norm in training mode is imported with a batch-statistics reference (its running
-  statistics, which the training-mode output never reads, are dropped).
+  statistics, which the training-mode output never reads, are dropped);
+- device constants of the trace (tensors made in forward) follow the first input's device;
+  `randint` bounds that follow a size symbol are written as that symbol.
+Resume across versions: CHANGES / still_current() say which older records a version redoes.
 Exit status: 0 (some or no problems skipped), 2 bad usage, 4 torch missing.
 """
 import argparse
