@@ -253,3 +253,119 @@ TEST_CASE("task format: `seed` gives fixed values drawn by LibTorch's generator,
   tmp.write("t/task.yaml", head + "  w: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}, seed: -3}}\n" + tail);
   CHECK_THROWS_WITH(leap::tasks::load_task((tmp.path / "t").string()), doctest::Contains("init.seed: expected a non-negative integer"));
 }
+
+TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in symbols, devices that follow the inputs, "
+          "coincidental symbol names") {
+  leap::test::TempDir tmp;
+  const std::string head = "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+                           "        super().__init__()\n\n";
+  // Classes in a tuple-unpacked assignment; the targets' bound is the class count.
+  tmp.write("kb/1_CrossEntropy.py",
+            head + "    def forward(self, predictions, targets):\n"
+                   "        return torch.nn.functional.cross_entropy(predictions, targets)\n\n"
+                   "batch_size, num_classes = 4096, 1000\n\n"
+                   "def get_inputs():\n    return [torch.randn(batch_size, num_classes), "
+                   "torch.randint(0, num_classes, (batch_size,))]\n\ndef get_init_inputs():\n    return []\n");
+  // 1 GiB of input, over a 1.5 GiB budget: scaled through the tuple-unpacked symbols alone
+  // (version 3 skipped it: no smaller values of its symbols).
+  tmp.write("kb/2_TupleScale.py", head + "    def forward(self, x):\n        return torch.tanh(x) * 2\n\n"
+                                         "batch, height, width = 64, 4096, 1024\n\n"
+                                         "def get_inputs():\n    return [torch.randn(batch, height, width)]\n\n"
+                                         "def get_init_inputs():\n    return []\n");
+  // Tensors made in forward: a CPU trace writes their device as a constant.
+  tmp.write("kb/3_ZerosArange.py",
+            head + "    def forward(self, x):\n        h = torch.zeros(x.shape[0], x.shape[1], device=x.device)\n"
+                   "        return x * 3 + h + torch.arange(x.shape[1])\n\nbatch = 64\nfeatures = 32\n\n"
+                   "def get_inputs():\n    return [torch.randn(batch, features)]\n\ndef get_init_inputs():\n    return []\n");
+  // A pooled length of 512 that equals the channel count: named by a symbol only by coincidence.
+  tmp.write("kb/4_PoolCoincide.py", head + "    def forward(self, x):\n        return torch.nn.functional.avg_pool1d(x, 2)\n\n"
+                                           "batch = 64\nchannels = 512\nlength = 1024\n\n"
+                                           "def get_inputs():\n    return [torch.randn(batch, channels, length)]\n\n"
+                                           "def get_init_inputs():\n    return []\n");
+  const fs::path out = tmp.path / "out";
+  const std::string cmd =
+      "tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() + " --memory-gb 1.5 --cpu-ms 2 --timeout 120";
+  auto r = run_leap(cmd);
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "4 problems imported"));
+  auto set = leap::tasks::load_task_set(out.string());
+
+  const auto* ce = set.find("001_cross_entropy");
+  REQUIRE(ce);
+  CHECK(ce->sizes == std::vector<std::pair<std::string, int64_t>>{{"batch_size", 4096}, {"num_classes", 1000}});
+  REQUIRE(ce->inputs.size() == 2);
+  CHECK(ce->inputs[1].init.kind == leap::tasks::InitSpec::Kind::randint);
+  CHECK(ce->inputs[1].init.a == "0");
+  CHECK(ce->inputs[1].init.b == "num_classes");
+  leap::env::RuntimeTask ce_cpu(*ce, "cpu");
+  const int64_t classes = ce_cpu.input_shapes()[0][1];
+  CHECK(classes < 1000);
+  CHECK(classes >= 8);
+  for (int s = 0; s < 3; ++s) {  // every target is a valid class at the cpu sizes; the loss as LibTorch computes it
+    auto ins = leap::env::make_inputs(ce_cpu, 11 + s, s);
+    CHECK(ins[1].max().item<int64_t>() < classes);
+    CHECK(ins[1].max().item<int64_t>() >= classes / 2);  // the bound is the class count, not a smaller literal
+    auto outs = ce_cpu.reference().run(ce_cpu, ins);
+    CHECK(torch::allclose(outs[0], torch::nn::functional::cross_entropy(ins[0], ins[1]), 1e-5, 1e-6));
+  }
+
+  const auto* ts = set.find("002_tuple_scale");
+  REQUIRE(ts);
+  CHECK(ts->sizes == std::vector<std::pair<std::string, int64_t>>{{"batch", 64}, {"height", 4096}, {"width", 1024}});
+  CHECK(ts->inputs[0].shape == std::vector<std::string>{"batch", "height", "width"});
+  CHECK(ts->source.at("traced_at").rfind("scaled", 0) == 0);
+  leap::env::RuntimeTask ts_full(*ts, "cuda");
+  CHECK(ts_full.output_shapes()[0] == std::vector<int64_t>{64, 4096, 1024});
+  leap::env::RuntimeTask ts_cpu(*ts, "cpu");
+  const auto cs = ts_cpu.input_shapes()[0];
+  CHECK(cs[0] >= 2);
+  CHECK(cs[1] >= 2);
+  CHECK(cs[2] >= 2);
+  CHECK(cs[1] < 4096);
+  CHECK(cs[2] < 1024);
+  auto tin = leap::env::make_inputs(ts_cpu, 3, 0);
+  CHECK(torch::allclose(ts_cpu.reference().run(ts_cpu, tin)[0], torch::tanh(tin[0]) * 2, 1e-6, 1e-6));
+
+  const auto* za = set.find("003_zeros_arange");
+  REQUIRE(za);
+  leap::env::RuntimeTask za_cpu(*za, "cpu");
+  CHECK(za_cpu.reference().baked_devices().empty());  // the trace's 'cpu' constants follow x
+  CHECK(has(za->source.at("devices"), "2 device constant(s)"));
+  auto zin = leap::env::make_inputs(za_cpu, 4, 0);
+  CHECK(torch::allclose(za_cpu.reference().run(za_cpu, zin)[0], zin[0] * 3 + torch::arange(32).to(torch::kFloat), 1e-6, 1e-6));
+
+  const auto* pc = set.find("004_pool_coincide");
+  REQUIRE(pc);
+  CHECK(pc->outputs[0].shape[1] == "channels");
+  CHECK(pc->outputs[0].shape[2] != "channels");  // the pooled length follows `length`, not the channels
+  leap::env::RuntimeTask pc_cpu(*pc, "cpu");
+  const auto ps = pc_cpu.input_shapes()[0];
+  CHECK(ps[2] < 1024);
+  CHECK(pc_cpu.output_shapes()[0] == std::vector<int64_t>{ps[0], ps[1], ps[2] / 2});
+  auto pin = leap::env::make_inputs(pc_cpu, 6, 0);
+  CHECK(torch::allclose(pc_cpu.reference().run(pc_cpu, pin)[0], torch::avg_pool1d(pin[0], {2}), 1e-6, 1e-6));
+
+  auto v = run_leap("tasks validate " + out.string());
+  CAPTURE(v.out);
+  CHECK(has(v.out, "4 tasks: 0 with problems, 0 weak"));
+
+  // Resume across importer versions: a version-3 record that no later change affects is kept, one
+  // with a randint input (its bounds changed in version 4) is redone.
+  for (const char* t : {"001_cross_entropy", "003_zeros_arange"}) {
+    const fs::path y = out / t / "task.yaml";
+    std::string text = leap::test::read_file(y.string());
+    const size_t at = text.find("  importer: ");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, text.find('\n', at) - at, "  importer: 3");
+    std::ofstream(y) << text;
+  }
+  auto again = run_leap(cmd);
+  CAPTURE(again.out);
+  CHECK(has(again.out, "1 problems imported, 3 kept from before, 0 skipped"));
+  CHECK(has(again.out, "kept  3_ZerosArange.py -> 003_zeros_arange"));
+  CHECK(has(again.out, "ok    1_CrossEntropy.py -> 001_cross_entropy"));
+  CHECK(has(leap::test::read_file((out / "003_zeros_arange" / "task.yaml").string()), "  importer: 3\n"));
+  CHECK_FALSE(has(leap::test::read_file((out / "001_cross_entropy" / "task.yaml").string()), "  importer: 3\n"));
+}

@@ -28,7 +28,10 @@ Per problem (docs/kernelbench.md has the details):
   `init: {uniform: ..., seed: N}`; the C++ import checks that LibTorch reproduces them), others are
   saved as raw little-endian files;
 - batch norm in training mode is imported with a batch-statistics reference (its running
-  statistics, which the training-mode output never reads, are dropped).
+  statistics, which the training-mode output never reads, are dropped);
+- device constants of the trace (tensors made in forward) follow the first input's device;
+  `randint` bounds that follow a size symbol are written as that symbol.
+Resume across versions: CHANGES / still_current() say which older records a version redoes.
 Exit status: 0 (some or no problems skipped), 2 bad usage, 4 torch missing.
 """
 import argparse
@@ -55,7 +58,7 @@ except ImportError as e:  # the C++ command turns exit 4 into a clear message
     sys.stderr.write(f"kernelbench_import: cannot import torch ({e}); run scripts/setup.sh or set LEAP_PYTHON\n")
     sys.exit(4)
 
-IMPORTER_VERSION = 3  # part of the resume key: tasks written by another version are redone
+IMPORTER_VERSION = 7  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 GIB = 1024 ** 3
@@ -151,9 +154,27 @@ def const_value(node):
         return None
 
 
+def _unpacked_targets(node):
+    """[(symbol, value)] of a tuple-unpacking assignment of int literals, `D, H, W = 16, 32, 32`
+    (each name its own symbol), else []."""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Tuple):
+        return []
+    names, value = node.targets[0].elts, node.value
+    if not isinstance(value, ast.Tuple) or len(value.elts) != len(names) or \
+            not all(isinstance(t, ast.Name) for t in names):
+        return []
+    vals = [const_value(e) for e in value.elts]
+    if any(v is None for v in vals):
+        return []
+    return [(t.id, v) for t, v in zip(names, vals) if v > 1]
+
+
 def _size_targets(node):
     """[(symbol, value)] a module-level assignment defines: `a = b = 128` gives a and b; a tuple of
-    int literals `shape = (32768, 64)` gives shape_0 and shape_1."""
+    int literals `shape = (32768, 64)` gives shape_0 and shape_1; `a, b = 16, 32` gives a and b."""
+    unpacked = _unpacked_targets(node)
+    if unpacked:
+        return unpacked
     if not isinstance(node, ast.Assign) or not all(isinstance(t, ast.Name) for t in node.targets):
         return []
     v = const_value(node.value)
@@ -180,8 +201,8 @@ def source_literals(src):
     the problem may rely on."""
     out = set()
     tree = ast.parse(src)
-    sizes = {id(n) for node in tree.body if isinstance(node, ast.Assign) and const_value(node.value) is not None
-             for n in ast.walk(node.value)}
+    sizes = {id(n) for node in tree.body if isinstance(node, ast.Assign) and
+             (const_value(node.value) is not None or _unpacked_targets(node)) for n in ast.walk(node.value)}
     for n in ast.walk(tree):
         if id(n) in sizes:
             continue
@@ -198,7 +219,11 @@ def load_module(path, src, overrides=None):
         for node in tree.body:
             if not _size_targets(node):
                 continue
-            if isinstance(node.value, ast.Tuple):
+            if isinstance(node.targets[0], ast.Tuple):  # a, b = 16, 32
+                for i, t in enumerate(node.targets[0].elts):
+                    if t.id in overrides:
+                        node.value.elts[i] = ast.copy_location(ast.Constant(overrides[t.id]), node.value.elts[i])
+            elif isinstance(node.value, ast.Tuple):
                 name = node.targets[0].id
                 for i, e in enumerate(node.value.elts):
                     if f"{name}_{i}" in overrides:
@@ -258,20 +283,30 @@ class Recorder:
         for n, f in self.saved.items():
             setattr(torch, n, f)
 
-    def init_of(self, t):
-        """init mapping text for input tensor t."""
+    def randint_bounds(self, t):
+        """(low, high) of the torch.randint call that made input tensor t, else None."""
+        rec = self.seen.get(id(t))
+        if rec is None or rec[3] is not t or rec[0] != "randint":
+            return None
+        a, k = rec[1], rec[2]
+        ints = [x for x in a if type(x) is int]
+        low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1]) if len(ints) >= 2 else (None, None)
+        low, high = k.get("low", low), k.get("high", high)
+        return (low, high) if type(low) is int and type(high) is int else None
+
+    def init_of(self, t, bound_text=str):
+        """init mapping text for input tensor t; `bound_text(j, value)` writes a randint bound
+        (j 0: low, 1: high), a number or a size symbol."""
         rec = self.seen.get(id(t))
         if rec is not None and rec[3] is t:
-            name, a, k = rec[0], rec[1], rec[2]
+            name = rec[0]
             if name == "rand":
                 return "{uniform: {low: 0, high: 1}}"
             if name == "randn":
                 return "{normal: {mean: 0, std: 1}}"
-            ints = [x for x in a if isinstance(x, int)]
-            low, high = (0, ints[0]) if len(ints) == 1 else (ints[0], ints[1]) if len(ints) >= 2 else (None, None)
-            low, high = k.get("low", low), k.get("high", high)
-            if low is not None and high is not None:
-                return f"{{randint: {{low: {low}, high: {high}}}}}"
+            b = self.randint_bounds(t)
+            if b is not None:
+                return f"{{randint: {{low: {bound_text(0, b[0])}, high: {bound_text(1, b[1])}}}}}"
         if t.dtype == torch.bool:
             return None
         if not t.is_floating_point():  # integer tensor of unknown origin: the observed range
@@ -529,7 +564,7 @@ def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbo
     symbol, `(s + c) / m + 1` or `s * m + c` (|c| <= 64, m <= 32), fitted on the meta analyses at
     KernelBench's sizes and at scaled-down sets (shrinkable symbols quartered, halved, halved plus
     1, 3, 5, 7; the traced sizes), simplest first. Fits are checked again at the sizes actually used (eval_shapes)."""
-    if not any(d.isdigit() and int(d) >= 2 for e in exprs for d in e):
+    if not any((d.isdigit() and int(d) >= 2) or re.fullmatch(r"[A-Za-z_]\w*", d) for e in exprs for d in e):
         return
     points = []
     shrinkable = [k for k, v in base.items() if v >= 8 and not NO_SHRINK.search(k)]
@@ -554,6 +589,12 @@ def fit_derived_dims(path, src, base, full_a, seed, exprs, F_shapes, keys, symbo
     all_shapes = [shapes_of(a) for a in points]
     if any(len(sh) != len(F_shapes) or any(len(x) != len(y) for x, y in zip(sh, F_shapes)) for sh in all_shapes):
         return
+    # A dim named by a symbol only because its value equals the symbol's (a pooling output of 32
+    # where channels = 32) becomes a literal to fit when the symbol does not follow it at other sizes.
+    for i, e in enumerate(exprs):
+        for j, d in enumerate(e):
+            if re.fullmatch(r"[A-Za-z_]\w*", d) and any(a["ints"].get(d) != sh[i][j] for a, sh in zip(points, all_shapes)):
+                e[j] = str(F_shapes[i][j])
     syms = [n for v, n in symbol_of.items()]
     ints = [full_a["ints"]] + [a["ints"] for a in points]
     half = {k: (v // 2 if k in shrinkable else v) for k, v in base.items()}
@@ -665,6 +706,45 @@ def generate(rule, shape, seed, dtype):
     else:
         t.normal_(rule[1], rule[2], generator=g)
     return t.to(dtype).contiguous()
+
+
+# ---- devices written into a trace ----------------------------------------------------------------
+
+def unbake_devices(traced):
+    """Replaces every device constant of a trace's graphs (torch.jit.trace records the device of a
+    tensor created in forward, `torch.zeros(n, device=x.device)` or `torch.arange(n)`, as the
+    constant 'cpu') with the device of the graph's first tensor input (`prim::device(x)`), so the
+    reference follows its inputs to the GPU. Returns the number of constants replaced."""
+    n = 0
+    for sub in [traced] + [m for _, m in traced.named_modules()][1:]:
+        try:
+            g = sub.forward.graph
+        except (AttributeError, RuntimeError):
+            continue
+        first = next((v for v in list(g.inputs())[1:] if v.type().kind() == "TensorType"), None)
+        if first is None:
+            continue
+        for c in g.findAllNodes("prim::Constant", True):
+            if c.output().type().kind() != "DeviceObjType":
+                continue
+            d = g.create("prim::device", [first])
+            d.output().setType(torch._C.DeviceObjType.get())
+            d.insertBefore(c)
+            c.output().replaceAllUsesWith(d.output())
+            c.destroy()
+            n += 1
+    return n
+
+
+def saved_device_constants(ref_file):
+    """Whether a saved TorchScript module's code writes a device as a constant (`torch.device(...)`,
+    what a trace of a tensor created in forward leaves without unbake_devices)."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(ref_file) as z:
+            return any(b"torch.device(" in z.read(n) for n in z.namelist() if n.endswith(".py"))
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return True  # unreadable: redo it
 
 
 # ---- one problem ---------------------------------------------------------------------------------
@@ -841,6 +921,9 @@ def convert_at(level, pid, path, out_dir, o, factor):
             warnings.simplefilter("always")
             with torch.no_grad():
                 tr = torch.jit.trace(Ref(T, keys), tuple(tensors) + tuple(state[k] for k in keys), check_trace=False)
+        n = unbake_devices(tr)
+        if n:
+            info["unbaked_devices"] = n
         return tr, [str(w.message) for w in caught if "Tracer" in type(w.message).__name__]
 
     try:
@@ -949,7 +1032,7 @@ def convert_at(level, pid, path, out_dir, o, factor):
             if ref_a is not None and not roles_kept(ref_a, found[1]):
                 cpu_note = "no smaller sizes keep every dimension's role"
                 break
-            Cp = Problem(path, src, over, seed, record=False)
+            Cp = Problem(path, src, over, seed, record=True)
             wC = weights_for(Cp)
             if any(k not in wC for k in keys):
                 cpu_note = "its parameters differ at other sizes"
@@ -971,7 +1054,9 @@ def convert_at(level, pid, path, out_dir, o, factor):
             if got is None:
                 break
             if not close(got, eager) or eval_shapes(Cp.ints) != actual_shapes(Cp, got):
-                cpu_note = "the trace bakes in its sizes (it disagrees with forward at other sizes" + warn + ")"
+                what = "values" if eval_shapes(Cp.ints) == actual_shapes(Cp, got) else \
+                    f"shapes {eval_shapes(Cp.ints)} declared, {actual_shapes(Cp, got)} run"
+                cpu_note = f"the trace bakes in its sizes (it disagrees with forward at other sizes: {what}" + warn + ")"
                 break
             if dt > target_s and attempt < 3 and est_seconds(found[1]) <= limit_est:
                 limit_est = limit_est * target_s / dt / 2
@@ -1018,9 +1103,23 @@ def convert_at(level, pid, path, out_dir, o, factor):
 
         def shape_text(e):
             return "[" + ", ".join(e) + "]"
+        def bound_writer(i):
+            """A randint bound of input i as the size symbol it follows (the same value as the
+            symbol at the traced sizes and at the cpu sizes, where one of them differs from
+            KernelBench's), else the number."""
+            bC = C.rec.randint_bounds(C.raw_inputs[i]) if C is not None else None
+
+            def text(k, v):
+                for n in used_symbols:
+                    if T.ints.get(n) != v or (C is not None and (bC is None or C.ints.get(n) != bC[k])):
+                        continue
+                    if T.ints.get(n) != F_ints.get(n) or (C is not None and C.ints.get(n) != F_ints.get(n)):
+                        return n
+                return str(v)
+            return text
         for j, i in enumerate(T.tensor_idx):
             t = T.raw_inputs[i]
-            init = T.rec.init_of(t)
+            init = T.rec.init_of(t, bound_writer(i))
             if j in strict and init is not None:
                 init = init[:-1] + ", strict: true}"
             lines_in.append(f"  {T.names[i]}: {{dtype: {dtype_name(t, 'input ' + T.names[i])}, shape: {shape_text(exprs[j])}"
@@ -1068,6 +1167,8 @@ def convert_at(level, pid, path, out_dir, o, factor):
                  + ("" if trace_over is None else " " + yaml_str(", ".join(f"{k}={v}" for k, v in info["traced_sizes"].items()))))
         if T.batch_norms:
             y.append(f"  batch_norm: {yaml_str(f'{T.batch_norms} training-mode batch norm(s): batch statistics')}")
+        if info.get("unbaked_devices"):
+            y.append(f"  devices: {yaml_str(str(info['unbaked_devices']) + ' device constant(s) of the trace follow the first input')}")
         if cpu_note:
             y.append(f"  cpu_sizes: {yaml_str(cpu_note)}")
         if cpu_ms is not None:
@@ -1265,6 +1366,70 @@ def run_isolated(level, pid, path, o):
 
 # ---- the import: resume, record, report ----------------------------------------------------------
 
+def _changed_in_v4(src, task, skip_reason, o):
+    """Whether version 4 may convert this problem differently from version 3: a `randint` input
+    (its bounds now follow the size symbols), or a tuple-unpacked size assignment (`a, b = 16, 32`,
+    now size symbols) in a problem that version 3 skipped or left without cpu sizes within
+    --cpu-ms (the problems the new symbols can change)."""
+    if "randint" in src:
+        return True
+    try:
+        unpacked = any(_unpacked_targets(n) for n in ast.parse(src).body)
+    except SyntaxError:
+        return False
+    if not unpacked:
+        return False
+    if skip_reason is not None:
+        return True
+    ms = task.get("cpu_reference_ms")
+    try:
+        slow = ms is None or float(ms) > o.cpu_ms
+    except ValueError:
+        slow = True
+    return slow or "cpu_sizes" in task
+
+
+def _changed_in_v5(src, task, skip_reason, o):
+    """Whether version 5 may convert this problem differently from version 4: a task whose stored
+    reference has a device written into it (version 5 traces follow their inputs' device)."""
+    return skip_reason is None and "_dir" in task and saved_device_constants(os.path.join(task["_dir"], "reference.pt"))
+
+
+def _changed_in_v6(src, task, skip_reason, o):
+    """Whether version 6 may convert this problem differently from version 5: a task left without
+    cpu sizes because the trace failed the check at them (version 6 records which check failed;
+    earlier states of version 3 wrote some of these, e.g. a transposed 3-D convolution that now
+    gets cpu sizes)."""
+    note = task.get("cpu_sizes", "")
+    return skip_reason is None and ("bakes in its sizes" in note or "does not run at other sizes" in note)
+
+
+def _changed_in_v7(src, task, skip_reason, o):
+    """Whether version 7 may convert this problem differently from version 6: a dim named by a
+    symbol of equal value that does not follow it at other sizes is now fitted as a derived dim,
+    so the skips and cpu-size failures for shapes that do not follow the symbols are redone."""
+    if skip_reason is not None:
+        return "do not follow its size symbols" in skip_reason or "cannot be trusted" in skip_reason
+    return "bakes in its sizes" in task.get("cpu_sizes", "")
+
+
+# version -> the test of a record of the version before it (changed: redo; else keep)
+CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6, 7: _changed_in_v7}
+OLDEST_KEPT = 3  # records of older versions are always redone
+
+
+def still_current(version, src, o, task=None, skip_reason=None):
+    """Whether an import record (a task's `source:` mapping, or a skip's reason) written by importer
+    `version` is what this version would write: the same version, or an older one (from
+    OLDEST_KEPT) that none of the CHANGES since affects. So a change that touches a few problems
+    redoes only those."""
+    if version == IMPORTER_VERSION:
+        return True
+    if version < OLDEST_KEPT or version > IMPORTER_VERSION:
+        return False
+    return not any(CHANGES[v](src, task or {}, skip_reason, o) for v in range(version + 1, IMPORTER_VERSION + 1))
+
+
 def read_task_source(tdir):
     """{key: value} of the `source:` block of an imported task.yaml (read as text: no yaml module)."""
     out = {}
@@ -1406,18 +1571,25 @@ def main():
 
     for level, pid, path in problems:
         rel = os.path.relpath(path, o.kb_dir)
-        sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        raw = open(path, "rb").read()
+        sha = hashlib.sha256(raw).hexdigest()
         key = f"{sha[:16]}-v{IMPORTER_VERSION}-s{o.seed}"
         task = task_name(level, path)
         tdir = os.path.join(o.out, task)
         if not o.force:
+            src = raw.decode("utf-8", errors="replace")
             s = read_task_source(tdir)
-            if s and s.get("sha256") == sha and s.get("importer") == str(IMPORTER_VERSION) and s.get("seed") == str(o.seed):
+            if s:
+                s["_dir"] = tdir
+            if s and s.get("sha256") == sha and s.get("seed") == str(o.seed) and \
+                    re.fullmatch(r"\d+", s.get("importer", "")) and still_current(int(s["importer"]), src, o, task=s):
                 n_kept += 1
                 print(f"kept  {rel} -> {task} (imported before from the same source)", flush=True)
                 continue
             prev = old_skips.get(rel)
-            if prev and prev[0] == f"{key}-{settings}":
+            m = re.fullmatch(r"([0-9a-f]{16})-v(\d+)-s(-?\d+)-(.*)", prev[0]) if prev else None
+            if m and m.group(1) == sha[:16] and m.group(3) == str(o.seed) and m.group(4) == settings and \
+                    still_current(int(m.group(2)), src, o, skip_reason=prev[1]):
                 skipped[rel] = (level, pid, prev[0], prev[1])
                 print(f"kept  {rel}: skipped before ({prev[1]})", flush=True)
                 write_skipped()
@@ -1432,13 +1604,14 @@ def main():
             n_done += 1
             skipped.pop(rel, None)
             inf = res["info"]
-            extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "slow_factor", "seconds", "peak_rss") and v is not None)
+            extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "slow_factor", "unbaked_devices", "seconds", "peak_rss") and v is not None)
             print(f"ok    {rel} -> {res['ok']} ({extra})", flush=True)
         else:
             if os.path.isdir(tdir):  # an older import (another source, version or --force): stale now
                 shutil.rmtree(tdir, ignore_errors=True)
             skipped[rel] = (level, pid, f"{key}-{settings}", res["skip"])
-            print(f"skip  {rel}: {res['skip']}", flush=True)
+            secs = res.get("info", {}).get("seconds")
+            print(f"skip  {rel}: {res['skip']}" + (f" ({secs} s)" if secs is not None else ""), flush=True)
         write_skipped()
     write_skipped()
     size = folder_bytes(o.out)

@@ -345,6 +345,8 @@ torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_
   };
   static std::mutex mu;
   static std::map<std::string, Cached> cache;  // path -> values (read again only if the file changed)
+  static int64_t cached_bytes = 0;             // kept under kMaxCachedBytes: a task set's weights are
+  constexpr int64_t kMaxCachedBytes = int64_t{256} << 20;  // read again rather than all held at once
   std::lock_guard<std::mutex> lock(mu);
   const torch::ScalarType st = torch_dtype(dtype);
   std::error_code ec;
@@ -366,7 +368,17 @@ torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_
     in.seekg(0);
     in.read(static_cast<char*>(t.data_ptr()), bytes);
     if (!in) throw Error(where + ": cannot read " + file);
-    it = cache.insert_or_assign(file, Cached{t, fsize, mtime}).first;
+    if (it != cache.end()) {
+      cached_bytes -= it->second.values.numel() * static_cast<int64_t>(it->second.values.element_size());
+      cache.erase(it);
+    }
+    if (bytes > kMaxCachedBytes) return t;  // too large to keep: read on every call
+    if (cached_bytes + bytes > kMaxCachedBytes) {
+      cache.clear();
+      cached_bytes = 0;
+    }
+    cached_bytes += bytes;
+    it = cache.emplace(file, Cached{t, fsize, mtime}).first;
   }
   return it->second.values.clone();
 }

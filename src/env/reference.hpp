@@ -68,8 +68,9 @@ InputVariant variant_for(int seed_index, int input_index);
 std::vector<torch::Tensor> make_inputs(const RuntimeTask& task, uint64_t seed, int seed_index);
 
 /// A fixed-value input: the raw little-endian values of `dtype` in `file`, shaped `shape` (read
-/// once per process, then cloned). Throws leap::Error naming `where` and the file when it cannot be
-/// read or its size is not numel * element size.
+/// once per process, then cloned; at most 256 MiB of such values stay cached, the rest is read
+/// again). Throws leap::Error naming `where` and the file when it cannot be read or its size is
+/// not numel * element size.
 torch::Tensor load_fixed_input(const std::string& file, const std::vector<int64_t>& shape, DType dtype,
                                const std::string& where);
 

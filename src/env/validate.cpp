@@ -18,59 +18,76 @@ std::vector<Weakness> find_weaknesses(const RuntimeTask& task, const VerifierOpt
                                        "time it as an infra_error; create tensors on the inputs' device "
                                        "(device=x.device), or trace it again with that fix"});
   }
+  // One seed's inputs and outputs at a time (the first seed's kept): a task at its full sizes
+  // (one without cpu sizes) needs two sets of inputs and outputs, not one per seed.
   const int seeds = std::max(1, options.seeds);
-  std::vector<std::vector<torch::Tensor>> inputs, refs;
+  const double atol = spec.tolerance.atol, rtol = spec.tolerance.rtol;
+  const size_t n_out = spec.outputs.size();
+  std::vector<torch::Tensor> inputs0, refs0;
+  std::vector<double> rms(n_out, 0.0);
+  std::vector<torch::Scalar> constant(n_out);
+  std::vector<char> zeros_ok(n_out, 1), constant_ok(n_out, 1);
+  std::vector<std::vector<char>> copy_ok(n_out);  // [output][input]: a same-sized input, still passing
+  std::vector<Weakness> nonfinite;
   for (int s = 0; s < seeds; ++s) {
-    inputs.push_back(make_inputs(task, input_seed(task, options.seed, s), s));
-    refs.push_back(task.reference().run(task, inputs.back()));
-    for (size_t j = 0; j < refs.back().size(); ++j) {
-      const torch::Tensor& r = refs.back()[j];
+    std::vector<torch::Tensor> inputs = make_inputs(task, input_seed(task, options.seed, s), s);
+    std::vector<torch::Tensor> refs = task.reference().run(task, inputs);
+    for (size_t j = 0; j < refs.size(); ++j) {
+      const torch::Tensor& r = refs[j];
       if (at::isFloatingType(r.scalar_type()) && !torch::isfinite(r).all().item<bool>()) {
-        out.push_back({"nonfinite_reference", "output '" + spec.outputs[j].name + "' holds NaN or inf on seed " +
-                                                  std::to_string(s + 1) + " (mark an input's init `strict: true` if the "
-                                                  "reference needs a domain)"});
+        nonfinite.push_back({"nonfinite_reference", "output '" + spec.outputs[j].name + "' holds NaN or inf on seed " +
+                                                        std::to_string(s + 1) + " (mark an input's init `strict: true` if the "
+                                                        "reference needs a domain)"});
         break;
       }
     }
+    if (s == 0) {
+      for (size_t j = 0; j < n_out && j < refs.size(); ++j) {
+        rms[j] = finite_rms(refs[j]);
+        constant[j] = at::isFloatingType(refs[j].scalar_type()) ? torch::Scalar(refs[j].to(torch::kDouble).mean().item<double>())
+                                                                 : refs[j].reshape({-1})[0].item();
+        for (size_t i = 0; i < inputs.size(); ++i) copy_ok[j].push_back(inputs[i].numel() == refs[j].numel());
+      }
+    }
+    // Would a trivial kernel pass this seed? (each check stops at its first failing seed)
+    for (size_t j = 0; j < n_out && j < refs.size(); ++j) {
+      const torch::Tensor& r = refs[j];
+      if (zeros_ok[j]) zeros_ok[j] = compare_output(torch::zeros_like(r), r, atol, rtol, rms[j]).ok;
+      if (constant_ok[j]) constant_ok[j] = compare_output(torch::full_like(r, constant[j]), r, atol, rtol, rms[j]).ok;
+      for (size_t i = 0; i < copy_ok[j].size(); ++i)
+        if (copy_ok[j][i])
+          copy_ok[j][i] = compare_output(inputs[i].reshape(r.sizes()).to(r.scalar_type()), r, atol, rtol, rms[j]).ok;
+    }
+    if (s == 0) {
+      inputs0 = std::move(inputs);
+      refs0 = std::move(refs);
+    }
   }
+  out.insert(out.end(), nonfinite.begin(), nonfinite.end());
   // Does every input matter?
   std::vector<torch::Tensor> other = make_inputs(task, input_seed(task, options.seed + 7919, 0), 0);
-  for (size_t i = 0; i < inputs[0].size(); ++i) {
-    std::vector<torch::Tensor> changed = inputs[0];
+  for (size_t i = 0; i < inputs0.size(); ++i) {
+    std::vector<torch::Tensor> changed = inputs0;
     changed[i] = other[i];
-    if (torch::equal(changed[i], inputs[0][i])) continue;  // could not change it (tiny domain)
+    if (torch::equal(changed[i], inputs0[i])) continue;  // could not change it (tiny domain)
     std::vector<torch::Tensor> r2 = task.reference().run(task, changed);
     bool same = true;
-    for (size_t j = 0; j < r2.size(); ++j) same = same && torch::equal(r2[j], refs[0][j]);
+    for (size_t j = 0; j < r2.size(); ++j) same = same && torch::equal(r2[j], refs0[j]);
     if (same)
       out.push_back({"ignores_input", "the reference's outputs do not change when input '" + spec.inputs[i].name +
                                           "' changes"});
   }
-  // Would a trivial kernel pass?
-  const double atol = spec.tolerance.atol, rtol = spec.tolerance.rtol;
-  for (size_t j = 0; j < spec.outputs.size(); ++j) {
+  other.clear();
+  for (size_t j = 0; j < n_out && j < refs0.size(); ++j) {
     const std::string& name = spec.outputs[j].name;
-    auto passes_all = [&](auto make) {
-      for (int s = 0; s < seeds; ++s) {
-        torch::Tensor got = make(s);
-        if (!compare_output(got, refs[s][j], atol, rtol, finite_rms(refs[0][j])).ok) return false;
-      }
-      return true;
-    };
-    const torch::Tensor& r0 = refs[0][j];
-    if (passes_all([&](int s) { return torch::zeros_like(refs[s][j]); }))
-      out.push_back({"zeros_pass", "an all-zeros '" + name + "' passes the correctness check on every seed"});
-    torch::Scalar c = at::isFloatingType(r0.scalar_type()) ? torch::Scalar(r0.to(torch::kDouble).mean().item<double>())
-                                                           : r0.reshape({-1})[0].item();
-    if (passes_all([&](int s) { return torch::full_like(refs[s][j], c); }))
-      out.push_back({"constant_pass", "a constant '" + name + "' (" + std::to_string(c.toDouble()) +
+    if (zeros_ok[j]) out.push_back({"zeros_pass", "an all-zeros '" + name + "' passes the correctness check on every seed"});
+    if (constant_ok[j])
+      out.push_back({"constant_pass", "a constant '" + name + "' (" + std::to_string(constant[j].toDouble()) +
                                           ") passes the correctness check on every seed"});
-    for (size_t i = 0; i < spec.inputs.size(); ++i) {
-      if (inputs[0][i].numel() != r0.numel()) continue;
-      if (passes_all([&](int s) { return inputs[s][i].reshape(refs[s][j].sizes()).to(refs[s][j].scalar_type()); }))
+    for (size_t i = 0; i < copy_ok[j].size(); ++i)
+      if (copy_ok[j][i])
         out.push_back({"copy_pass", "a copy of input '" + spec.inputs[i].name + "' as '" + name +
                                         "' passes the correctness check on every seed"});
-    }
   }
   return out;
 }
