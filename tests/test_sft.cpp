@@ -84,7 +84,10 @@ struct Setup {
   std::string solution(size_t task) { return rl::shipped_solutions(tasks[task]->spec(), "cpu").at(0); }
 };
 
-std::string decode(const model::Tokenizer& tok, const std::vector<int64_t>& ids) { return tok.decode(ids); }
+std::string decode(const model::Tokenizer& tok, const std::vector<int64_t>& ids) {
+  const std::vector<model::TokenId> narrow(ids.begin(), ids.end());
+  return tok.decode(narrow);
+}
 
 }  // namespace
 
