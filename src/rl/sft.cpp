@@ -135,7 +135,7 @@ SftPool build_sft_pool(SftContext& c) {
   for (const auto& list : twins)
     for (size_t k = 0; k < list.size(); ++k, ++chosen) {
       const Twin& tw = list[k];
-      const std::string verdict = env::to_string(tw.result.verdict);
+      const std::string verdict(env::to_string(tw.result.verdict));
       if (static_cast<int64_t>(k) < sft.mutants) {  // the wrong answer as a turn-1 target
         TrainSample s;
         s.prompt_ids = prompt_of.at(tw.task);
