@@ -103,4 +103,8 @@ TEST_CASE("configs: the generated-family arms differ from configs/generated/mt_d
   CHECK(sft.tasks.dir == leap.tasks.dir);
   CHECK(sft.tasks.eval_split == "eval");
   CHECK(sft.eval.turns == leap.eval.turns);
+  // The multi-turn arms debug at turn 2: the warm start shows the policy a feedback turn
+  // (second-turn examples), and no wrong turn-1 target.
+  CHECK(sft.train.sft.second_turn >= 1);
+  CHECK(sft.train.sft.mutants == 0);
 }

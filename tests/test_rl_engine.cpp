@@ -253,6 +253,40 @@ TEST_CASE("rl engine: DCP off expands every failure; compaction replaces earlier
   CHECK(st.env_calls == 8 + 2 + 1 + 4 + 4);
 }
 
+TEST_CASE("rl engine: a turn-2 context is next_turn_context of turn 1, the answer and the environment's feedback") {
+  // The SFT warm start's second-turn examples (train.sft.second_turn) build their contexts with
+  // next_turn_context; this pins that the engine's turn 2 is the same text, written out by hand.
+  Fixture f;
+  ScriptedPolicy policy;  // every answer "I don't know.": a format_error from the real environment
+  rl::EngineOptions o;
+  o.max_turns = 2;
+  o.dcp.enabled = false;
+  o.compaction = false;
+  rl::RolloutEngine engine(policy, *f.grader, o);
+  const auto groups = engine.run({f.tasks[0]}, 1, 3, nullptr);
+  REQUIRE(groups.at(0).rollouts.at(0).turns.size() == 2);
+  const auto& t1 = groups[0].rollouts[0].turns[0];
+  const auto& t2 = groups[0].rollouts[0].turns[1];
+  REQUIRE(t1.result.verdict == env::Verdict::format_error);
+  REQUIRE_FALSE(t1.result.feedback.empty());
+  const rl::Prompt turn1 = rl::first_turn_messages(f.tasks[0]->spec(), "cpu");
+  auto same = [](const rl::Prompt& a, const rl::Prompt& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].role != b[i].role || a[i].content != b[i].content) return false;
+    return true;
+  };
+  CHECK(same(t1.prompt, turn1));
+  rl::Prompt by_hand = turn1;
+  by_hand.push_back({"assistant", "I don't know."});
+  by_hand.push_back({"user", "Result: format_error\n" + t1.result.feedback +
+                                 (t1.result.feedback.back() == '\n' ? "" : "\n") +
+                                 "Fix the problem and answer again in the same format."});
+  CHECK(same(t2.prompt, by_hand));
+  CHECK(same(t2.prompt, rl::next_turn_context(turn1, "<think>x</think>I don't know.", "format_error",
+                                              t1.result.feedback, t1.result.speedup)));
+}
+
 TEST_CASE("rl prompts: think spans are dropped from later contexts") {
   CHECK(rl::strip_think("<think>plan A</think>\nanswer") == "answer");
   CHECK(rl::strip_think("a<think>x</think>b<think>y</think>c") == "abc");

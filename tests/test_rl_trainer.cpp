@@ -20,6 +20,7 @@
 #include "rl/local_policy.hpp"
 #include "rl/mutants.hpp"
 #include "rl/prompts.hpp"
+#include "rl/sft.hpp"
 #include "rl/trainer.hpp"
 #include "store/database.hpp"
 #include "store/statement.hpp"
@@ -337,9 +338,11 @@ TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume 
 struct ShippedGrader : rl::Grader {
   std::set<std::string> shipped;
   std::vector<std::string> first_call;
+  std::vector<size_t> call_sizes;  ///< requests per call, in order
   int calls = 0;
   std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>& requests) override {
     std::vector<env::EvalResult> out;
+    call_sizes.push_back(requests.size());
     for (const auto& r : requests) {
       if (calls == 0) first_call.push_back(r.answer);
       const bool ok = shipped.count(r.answer) > 0;
@@ -361,7 +364,7 @@ TEST_CASE("rl trainer: train.sft.mutants adds one environment-judged wrong twin 
   exp.train.sft.batch_size = 2;
   exp.train.sft.mutants = 1;
   ShippedGrader grader;
-  size_t mutants_total = 0;
+  size_t mutants_total = 0, rounds = 0;
   for (const char* name : {"relu", "gelu_tanh"}) {  // the first two train tasks (tasks.limit 2)
     const auto spec = tasks::load_task(kStarter + "/" + name);
     for (const auto& e : fs::directory_iterator(spec.dir + "/solutions"))
@@ -369,13 +372,15 @@ TEST_CASE("rl trainer: train.sft.mutants adds one environment-judged wrong twin 
         const std::string text = test::read_file(e.path().string());
         grader.shipped.insert(text);
         mutants_total += std::min<size_t>(8, rl::solution_mutants(text).size());
+        rounds = std::max(rounds, std::min<size_t>(8, rl::solution_mutants(text).size()));
       }
   }
   test::TempDir dir;
   store::Store db(dir.path / "leap.db");
   train_run(exp, db, grader, (dir.path / "results").string());
-  // The first grading call is the twins': up to 8 mutants per solution, none of them shipped.
-  CHECK(grader.first_call.size() == mutants_total);
+  // The first grading call is the twins' first round: one mutant per solution (each is wrong,
+  // so no second round), none of them shipped.
+  CHECK(grader.first_call.size() == 2);
   for (const auto& a : grader.first_call) CHECK(grader.shipped.count(a) == 0);
   auto st = db.db().prepare("SELECT message FROM events WHERE kind = 'sft'");
   REQUIRE(st.step());
@@ -385,12 +390,22 @@ TEST_CASE("rl trainer: train.sft.mutants adds one environment-judged wrong twin 
   CHECK(msg.find("relu: line 6: '>' -> '<' (wrong_output)") != std::string::npos);  // relu's only mutant
   CHECK(msg.find("gelu_tanh: line ") != std::string::npos);
 
-  // A grader that judges every mutant correct leaves SFT on the shipped solutions alone.
-  for (const auto& a : grader.first_call) grader.shipped.insert(a);
+  // A grader that judges every mutant correct grades up to 8 per solution (rounds until each is
+  // exhausted) and leaves SFT on the shipped solutions alone.
+  for (const char* name : {"relu", "gelu_tanh"}) {
+    const auto spec = tasks::load_task(kStarter + "/" + name);
+    for (const auto& text : rl::shipped_solutions(spec, "cpu"))
+      for (const auto& m : rl::solution_mutants(text)) grader.shipped.insert(m.text);
+  }
   grader.calls = 0;
   grader.first_call.clear();
+  grader.call_sizes.clear();
   store::Store db2(dir.path / "leap2.db");
   train_run(exp, db2, grader, (dir.path / "results2").string());
+  REQUIRE(grader.call_sizes.size() > rounds);
+  size_t graded = 0;
+  for (size_t k = 0; k < rounds; ++k) graded += grader.call_sizes[k];
+  CHECK(graded == mutants_total);
   auto st2 = db2.db().prepare("SELECT message FROM events WHERE kind = 'sft'");
   REQUIRE(st2.step());
   CHECK(std::string(st2.column_text(0)).find("2 of 2 steps on 2 solutions, loss") == 0);

@@ -157,6 +157,9 @@ struct SftConfig {
   /// Per shipped solution, up to this many one-edit copies (rl/mutants.hpp) that the environment
   /// judges wrong are trained too, so a small model starts right about half the time; 0 = off.
   int64_t mutants = 0;
+  /// Per shipped solution, up to this many second-turn examples: context = the turn-1 prompt + a
+  /// wrong twin + the environment's feedback on it, target = the solution (rl/sft.hpp); 0 = off.
+  int64_t second_turn = 0;
 };
 
 /// `train:` the outer loop.

@@ -226,6 +226,10 @@ std::vector<Field> build() {
   s.push_back(F("train.sft.mutants", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::mutants),
                 "per shipped solution, also train on up to N one-edit copies the environment judges wrong (0 = off)",
                 0, 16));
+  s.push_back(F("train.sft.second_turn", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::second_turn),
+                "per shipped solution, also train up to N second-turn examples: a wrong twin and the environment's "
+                "feedback on it in the context, the solution as the target (0 = off)",
+                0, 16));
   // eval
   s.push_back(F("eval.turns", FT::Int, member(&E_::eval, &EvalConfig::turns), "turns per evaluation rollout", 1, 64));
   s.push_back(F("eval.samples", FT::Int, member(&E_::eval, &EvalConfig::samples), "samples per task (k of pass@k)", 1, 1024));

@@ -113,6 +113,13 @@ std::string feedback_message(std::string_view verdict, std::string_view feedback
   return os.str();
 }
 
+std::vector<model::ChatMessage> next_turn_context(std::vector<model::ChatMessage> context, std::string_view answer,
+                                                  std::string_view verdict, std::string_view feedback, double speedup) {
+  context.push_back({"assistant", strip_think(answer)});
+  context.push_back({"user", feedback_message(verdict, feedback, speedup)});
+  return context;
+}
+
 std::string strip_think(std::string_view text) {
   std::string out;
   size_t pos = 0;

@@ -29,6 +29,14 @@ std::vector<model::ChatMessage> first_turn_messages(const tasks::TaskSpec& task,
 /// (for a correct attempt with refine_after_success) a request to make it faster.
 std::string feedback_message(std::string_view verdict, std::string_view feedback, double speedup);
 
+/// The context of the turn after an attempt: `context` (the prompt the attempt answered), then
+/// the attempt as the assistant's message (reasoning removed, strip_think), then the user's
+/// feedback_message(verdict, feedback, speedup). The rollout engine builds every later turn's
+/// context with it, and the SFT warm start its second-turn examples (train.sft.second_turn), so
+/// both are the same text. Pure; throws nothing beyond std::bad_alloc.
+std::vector<model::ChatMessage> next_turn_context(std::vector<model::ChatMessage> context, std::string_view answer,
+                                                  std::string_view verdict, std::string_view feedback, double speedup);
+
 /// `text` with every `<think>...</think>` span removed (an unclosed `<think>` drops the rest).
 /// Reasoning is never carried into later contexts (DESIGN.md section 4, compaction).
 std::string strip_think(std::string_view text);

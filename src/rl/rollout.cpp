@@ -143,10 +143,8 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
       tr.sample = std::move(samples[a]);
       tr.result = std::move(results[a]);
       tr.env_seconds = env_s / static_cast<double>(active.size());
-      l.context = prompts[a];
-      l.context.push_back({"assistant", strip_think(tr.sample.text)});
-      l.context.push_back({"user", feedback_message(env::to_string(tr.result.verdict), tr.result.feedback,
-                                                    tr.result.speedup)});
+      l.context = next_turn_context(prompts[a], tr.sample.text, env::to_string(tr.result.verdict),
+                                    tr.result.feedback, tr.result.speedup);
       const bool correct = tr.result.is_correct();
       const bool infra = tr.result.is_infra_error();  // the environment failed: the rollout stops, void
       ro.turns.push_back(std::move(tr));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <spdlog/spdlog.h>
@@ -45,87 +46,132 @@ std::vector<std::string> shipped_solutions(const tasks::TaskSpec& spec, const st
 }
 
 
-/// train.sft.mutants: for every shipped solution in `pool` (one per train task solution, in
-/// order), grades up to 8 of its one-edit mutants (rl/mutants.hpp, tried in a seeded order) with
-/// the environment and appends up to `mutants` of those judged wrong (wrong_output first, then
-/// compile, launch or runtime errors; never `timeout` or `infra_error`) to `pool`. Returns "task: edit (verdict); ..."
-/// for the log and the sft event.
 namespace {
 
-std::string add_wrong_twins(SftContext& c, std::vector<TrainSample>& pool) {
+/// One graded one-edit copy of a shipped solution.
+struct Twin {
+  const env::RuntimeTask* task;
+  const std::string* solution;  ///< the correct text it was made from
+  Mutant mutant;
+  env::EvalResult result;
+};
+
+/// True for the verdicts a twin may have in pass 0 (wrong_output) or pass 1 (a compile, launch
+/// or runtime error: never correct, timeout or infra_error).
+bool twin_verdict(env::Verdict v, int pass) {
+  if (pass == 0) return v == env::Verdict::wrong_output;
+  return v != env::Verdict::wrong_output && v != env::Verdict::correct && v != env::Verdict::timeout &&
+         v != env::Verdict::infra_error;
+}
+
+/// For every shipped solution (solutions[i] of tasks_of[i]), up to `need` wrong twins: its
+/// one-edit mutants (rl/mutants.hpp) in a seeded order, the first 8 of them graded, wrong_output
+/// ones taken first, then compile, launch or runtime errors. Grading runs in rounds (the k-th
+/// candidate of every solution still short of `need` wrong_output twins), which takes the twins
+/// grading all 8 would take with fewer environment calls. `graded` counts the calls.
+std::vector<std::vector<Twin>> wrong_twins(SftContext& c, const std::vector<const env::RuntimeTask*>& tasks_of,
+                                           const std::vector<std::string>& solutions, int64_t need, size_t& graded) {
   constexpr size_t kTried = 8;
   std::mt19937_64 rng(util::mix_seed(c.exp.train.seed, 0x3A7));
-  struct Candidate {
-    const env::RuntimeTask* task;
-    std::vector<int64_t> prompt_ids;
-    Mutant mutant;
-  };
-  std::vector<std::vector<Candidate>> per_solution;
-  std::vector<GradeRequest> requests;
-  for (const auto* t : c.tasks) {
-    const auto prompt = c.policy.encode_prompt(first_turn_messages(t->spec(), c.exp.env.backend));
-    for (const auto& text : shipped_solutions(t->spec(), c.exp.env.backend)) {
-      auto all = solution_mutants(text);
-      std::shuffle(all.begin(), all.end(), rng);
-      if (all.size() > kTried) all.resize(kTried);
-      per_solution.emplace_back();
-      for (auto& m : all) {
-        requests.push_back({t, m.text});
-        per_solution.back().push_back({t, prompt, std::move(m)});
+  std::vector<std::vector<Mutant>> cands(solutions.size());
+  std::vector<std::vector<env::EvalResult>> results(solutions.size());
+  for (size_t i = 0; i < solutions.size(); ++i) {
+    cands[i] = solution_mutants(solutions[i]);
+    std::shuffle(cands[i].begin(), cands[i].end(), rng);
+    if (cands[i].size() > kTried) cands[i].resize(kTried);
+  }
+  graded = 0;
+  for (size_t round = 0; round < kTried; ++round) {
+    std::vector<GradeRequest> requests;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < solutions.size(); ++i) {
+      int64_t found = 0;
+      for (const auto& r : results[i]) found += twin_verdict(r.verdict, 0) ? 1 : 0;
+      if (found < need && round < cands[i].size()) {
+        requests.push_back({tasks_of[i], cands[i][round].text});
+        who.push_back(i);
       }
     }
+    if (requests.empty()) break;
+    auto out = c.grader.grade(requests);
+    graded += requests.size();
+    for (size_t k = 0; k < who.size(); ++k) results[who[k]].push_back(std::move(out[k]));
   }
-  const auto results = c.grader.grade(requests);
-  std::string summary;
-  size_t k = 0, added = 0;
-  for (const auto& cands : per_solution) {
-    std::vector<size_t> chosen;
+  std::vector<std::vector<Twin>> twins(solutions.size());
+  for (size_t i = 0; i < solutions.size(); ++i)
     for (int pass = 0; pass < 2; ++pass)
-      for (size_t i = 0; i < cands.size() && static_cast<int64_t>(chosen.size()) < c.exp.train.sft.mutants; ++i) {
-        const auto v = results[k + i].verdict;
-        const bool wrong = pass == 0 ? v == env::Verdict::wrong_output
-                                     : v != env::Verdict::wrong_output && v != env::Verdict::correct &&
-                                           v != env::Verdict::timeout && v != env::Verdict::infra_error;
-        if (wrong) chosen.push_back(i);
-      }
-    for (size_t i : chosen) {
-      TrainSample s;
-      s.prompt_ids = cands[i].prompt_ids;
-      s.completion_ids = c.policy.encode_completion(cands[i].mutant.text);
-      pool.push_back(std::move(s));
-      summary += fmt::format("{}{}: {} ({})", summary.empty() ? "" : "; ", cands[i].task->spec().name,
-                             cands[i].mutant.edit, env::to_string(results[k + i].verdict));
-      ++added;
-    }
-    k += cands.size();
-  }
-  spdlog::info("sft: {} wrong twins from {} solutions ({} mutants graded){}{}", added, per_solution.size(),
-               requests.size(), summary.empty() ? "" : ": ", summary);
-  return summary;
+      for (size_t k = 0; k < results[i].size() && static_cast<int64_t>(twins[i].size()) < need; ++k)
+        if (twin_verdict(results[i][k].verdict, pass))
+          twins[i].push_back({tasks_of[i], &solutions[i], cands[i][k], results[i][k]});
+  return twins;
 }
 
 }  // namespace
 
+SftPool build_sft_pool(SftContext& c) {
+  const auto& sft = c.exp.train.sft;
+  SftPool pool;
+  std::vector<const env::RuntimeTask*> tasks_of;
+  std::vector<std::string> solutions;
+  for (const auto* t : c.tasks)
+    for (auto& text : shipped_solutions(t->spec(), c.exp.env.backend)) {
+      tasks_of.push_back(t);
+      solutions.push_back(std::move(text));
+    }
+  std::map<const env::RuntimeTask*, std::vector<int64_t>> prompt_of;
+  for (size_t i = 0; i < solutions.size(); ++i) {
+    auto& prompt = prompt_of[tasks_of[i]];
+    if (prompt.empty()) prompt = c.policy.encode_prompt(first_turn_messages(tasks_of[i]->spec(), c.exp.env.backend));
+    TrainSample s;
+    s.prompt_ids = prompt;
+    s.completion_ids = c.policy.encode_completion(solutions[i]);
+    pool.samples.push_back(std::move(s));
+  }
+  pool.solutions = pool.samples.size();
+  const int64_t need = std::max(sft.mutants, sft.second_turn);
+  if (solutions.empty() || need <= 0) return pool;
+  const auto twins = wrong_twins(c, tasks_of, solutions, need, pool.graded);
+  size_t chosen = 0;
+  for (const auto& list : twins)
+    for (size_t k = 0; k < list.size(); ++k, ++chosen) {
+      const Twin& tw = list[k];
+      const std::string verdict(env::to_string(tw.result.verdict));
+      if (static_cast<int64_t>(k) < sft.mutants) {  // the wrong answer as a turn-1 target
+        TrainSample s;
+        s.prompt_ids = prompt_of.at(tw.task);
+        s.completion_ids = c.policy.encode_completion(tw.mutant.text);
+        pool.samples.push_back(std::move(s));
+        ++pool.wrong_twins;
+      }
+      if (static_cast<int64_t>(k) < sft.second_turn) {  // the turn after it: the correct answer
+        TrainSample s;
+        s.prompt_ids = c.policy.encode_prompt(next_turn_context(first_turn_messages(tw.task->spec(), c.exp.env.backend),
+                                                                tw.mutant.text, verdict, tw.result.feedback,
+                                                                tw.result.speedup));
+        s.completion_ids = c.policy.encode_completion(*tw.solution);
+        pool.samples.push_back(std::move(s));
+        ++pool.second_turn;
+      }
+      pool.twins += fmt::format("{}{}: {} ({})", pool.twins.empty() ? "" : "; ", tw.task->spec().name, tw.mutant.edit,
+                                verdict);
+    }
+  spdlog::info("sft: {} wrong twins of {} solutions ({} mutants graded): {} as turn-1 targets, {} as second-turn "
+               "contexts{}{}",
+               chosen, solutions.size(),
+               pool.graded, pool.wrong_twins, pool.second_turn, pool.twins.empty() ? "" : ": ", pool.twins);
+  return pool;
+}
+
 /// Supervised warm start on the train split's shipped solutions (train.sft).
 void run_sft(SftContext& c) {
   const auto& sft = c.exp.train.sft;
-  std::vector<TrainSample> pool;
-  for (const auto* t : c.tasks) {
-    const auto prompt = c.policy.encode_prompt(first_turn_messages(t->spec(), c.exp.env.backend));
-    for (const auto& text : shipped_solutions(t->spec(), c.exp.env.backend)) {
-      TrainSample s;
-      s.prompt_ids = prompt;
-      s.completion_ids = c.policy.encode_completion(text);
-      pool.push_back(std::move(s));
-    }
-  }
+  SftPool built = build_sft_pool(c);
+  const std::vector<TrainSample>& pool = built.samples;
   if (pool.empty()) {
     spdlog::warn("train.sft: no solutions/{}_*.md in the train split of {}; SFT skipped", c.exp.env.backend,
                  c.exp.tasks.dir);
     return;
   }
-  const size_t correct_solutions = pool.size();
-  const std::string twins = sft.mutants > 0 ? add_wrong_twins(c, pool) : std::string();
   torch::optim::AdamW opt(c.params, torch::optim::AdamWOptions(sft.lr)
                                         .betas({c.exp.optim.beta1, c.exp.optim.beta2})
                                         .eps(c.exp.optim.eps)
@@ -159,15 +205,15 @@ void run_sft(SftContext& c) {
     progress.tick();
   }
   progress.finish();
-  const std::string what = fmt::format("{} solutions{}", correct_solutions,
-                                       twins.empty() ? std::string() : fmt::format(" + {} wrong twins", pool.size() - correct_solutions));
+  std::string what = fmt::format("{} solutions", built.solutions);
+  if (built.wrong_twins > 0) what += fmt::format(" + {} wrong twins", built.wrong_twins);
+  if (built.second_turn > 0) what += fmt::format(" + {} second-turn examples", built.second_turn);
   spdlog::info("sft: {} steps on {}, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", steps_run, what, first, last,
                std::chrono::duration<double>(Clock::now() - t0).count());
   if (c.db)
     c.db->add_event(c.run_id, 0, "sft",
                     fmt::format("{} of {} steps on {}, loss {:.4f} -> {:.4f}{}", steps_run, sft.steps, what, first, last,
-                                twins.empty() ? std::string() : "; wrong twins: " + twins));
+                                built.twins.empty() ? std::string() : "; wrong twins: " + built.twins));
 }
-
 
 }  // namespace leap::rl

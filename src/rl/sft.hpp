@@ -43,13 +43,35 @@ struct SftContext {
 /// The shipped solutions of `spec` for `backend` (files solutions/<backend>_*.md, sorted by name).
 std::vector<std::string> shipped_solutions(const tasks::TaskSpec& spec, const std::string& backend);
 
+/// The supervised examples of the warm start and what they are.
+struct SftPool {
+  /// In order: one per shipped solution (prompt = the turn-1 prompt, target = the solution +
+  /// the end-of-turn token), then per solution its chosen wrong twins' examples.
+  std::vector<TrainSample> samples;
+  size_t solutions = 0;    ///< shipped solutions (the first `solutions` samples)
+  size_t wrong_twins = 0;  ///< samples whose target is a wrong twin (train.sft.mutants)
+  size_t second_turn = 0;  ///< second-turn examples (train.sft.second_turn)
+  size_t graded = 0;       ///< mutants the environment graded to choose the twins
+  std::string twins;       ///< "task: line L: 'a' -> 'b' (verdict); ..." of every chosen twin
+};
+
+/// Builds the warm start's examples from the train split's shipped solutions. With
+/// n = max(train.sft.mutants, train.sft.second_turn) > 0, each solution also gets up to n wrong
+/// twins: its one-edit mutants (rl/mutants.hpp) in a seeded order, at most 8 graded by
+/// `ctx.grader`, wrong_output ones first, then compile, launch or runtime errors (never correct,
+/// timeout or infra_error); grading runs in rounds and stops for a solution once it has n
+/// wrong_output twins. Of a solution's twins, the first train.sft.mutants become turn-1 targets
+/// (prompt = the turn-1 prompt, target = the twin) and the first train.sft.second_turn become
+/// second-turn examples: prompt = next_turn_context(turn-1 messages, the twin, its verdict, the
+/// environment's feedback on it, its speedup) (rl/prompts.hpp, the context the rollout engine
+/// builds for turn 2 after that answer), target = the correct solution. Throws what the
+/// tokenizer and the grader throw.
+SftPool build_sft_pool(SftContext& ctx);
+
 /// Runs exp.train.sft.steps supervised steps (own AdamW at train.sft.lr, batches of
-/// train.sft.batch_size drawn from a seeded shuffle of the pool): prompt = the turn-1 prompt,
-/// target = the solution + the end-of-turn token. With train.sft.mutants > 0 the pool also gets
-/// up to that many wrong twins per solution (graded first; wrong_output first, then compile,
-/// launch or runtime errors, never timeout or correct). Stores `sft/loss` at steps <= 0 and one
-/// `sft` event. Warns and returns when the split has no shipped solution. Throws what the
-/// model, the grader and the store throw.
+/// train.sft.batch_size drawn from a seeded shuffle of build_sft_pool's samples; token-mean
+/// NLL of the targets). Stores `sft/loss` at steps <= 0 and one `sft` event. Warns and returns
+/// when the split has no shipped solution. Throws what the model, the grader and the store throw.
 void run_sft(SftContext& ctx);
 
 }  // namespace leap::rl

@@ -1,0 +1,191 @@
+// rl/sft: the warm start's examples (build_sft_pool): shipped solutions, wrong twins as turn-1
+// targets, and second-turn examples whose context is the turn-1 prompt, a wrong twin and the
+// environment's feedback on it, with the correct solution as the target.
+#include <doctest/doctest.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include "config/experiment.hpp"
+#include "env/task_runtime.hpp"
+#include "model/chat_format.hpp"
+#include "model/tokenizer.hpp"
+#include "model/transformer.hpp"
+#include "rl/grader.hpp"
+#include "rl/local_policy.hpp"
+#include "rl/mutants.hpp"
+#include "rl/prompts.hpp"
+#include "rl/sft.hpp"
+#include "support.hpp"
+#include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
+
+namespace fs = std::filesystem;
+using namespace leap;
+
+TEST_SUITE_BEGIN("rl");
+
+namespace {
+
+const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
+
+/// Every answer gets `verdict` with the feedback "fb <n>" (n: the answer's call-wide index), and
+/// every request is recorded, call by call.
+struct FixedGrader : rl::Grader {
+  env::Verdict verdict = env::Verdict::wrong_output;
+  std::vector<std::vector<std::string>> calls;
+  int64_t n = 0;
+  std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>& requests) override {
+    calls.emplace_back();
+    std::vector<env::EvalResult> out;
+    for (const auto& r : requests) {
+      calls.back().push_back(r.answer);
+      out.push_back(env::EvalResult::make(verdict, "fb " + std::to_string(n++)));
+    }
+    return out;
+  }
+  size_t requests() const {
+    size_t k = 0;
+    for (const auto& c : calls) k += c.size();
+    return k;
+  }
+};
+
+/// The tiny model, its policy and the starter set's relu and gelu_tanh tasks, for SftContext.
+struct Setup {
+  model::Tokenizer tok;
+  model::Transformer model;
+  std::unique_ptr<rl::LocalPolicy> policy;
+  std::vector<at::Tensor> params;
+  std::vector<std::unique_ptr<env::RuntimeTask>> owned;
+  std::vector<const env::RuntimeTask*> tasks;
+  config::Experiment exp;
+  Setup()
+      : tok(model::Tokenizer::from_file(test::tiny_model() / "tiny")),
+        model(model::load_transformer(test::tiny_model() / "tiny")) {
+    const auto fmt = model::resolve_chat_format(model::ChatFormat::Auto, model->config().model_type_name, tok);
+    policy = std::make_unique<rl::LocalPolicy>(model, tok, fmt);
+    for (auto& p : model->parameters()) params.push_back(p);
+    for (const char* name : {"relu", "gelu_tanh"}) {
+      owned.push_back(std::make_unique<env::RuntimeTask>(tasks::load_task(kStarter + "/" + name), "cpu"));
+      tasks.push_back(owned.back().get());
+    }
+    exp.env.backend = "cpu";
+    exp.train.sft.enabled = true;
+  }
+  rl::SftPool pool(rl::Grader& grader) {
+    rl::SftContext c{exp, model, params, *policy, grader, tasks, rl::UpdateOptions{}};
+    c.progress = false;
+    return rl::build_sft_pool(c);
+  }
+  std::string solution(size_t task) { return rl::shipped_solutions(tasks[task]->spec(), "cpu").at(0); }
+};
+
+std::string decode(const model::Tokenizer& tok, const std::vector<int64_t>& ids) {
+  const std::vector<model::TokenId> narrow(ids.begin(), ids.end());
+  return tok.decode(narrow);
+}
+
+}  // namespace
+
+TEST_CASE("sft pool: second-turn examples hold the twin and the environment's feedback; the solution is the target") {
+  Setup s;
+  REQUIRE(rl::shipped_solutions(s.tasks[0]->spec(), "cpu").size() == 1);
+  REQUIRE(rl::shipped_solutions(s.tasks[1]->spec(), "cpu").size() == 1);
+  s.exp.train.sft.mutants = 1;
+  s.exp.train.sft.second_turn = 1;
+  FixedGrader grader;
+  const auto pool = s.pool(grader);
+  CHECK(pool.solutions == 2);
+  CHECK(pool.wrong_twins == 2);
+  CHECK(pool.second_turn == 2);
+  REQUIRE(pool.samples.size() == 6);
+  // Every mutant is wrong: one round, the first candidate of each solution.
+  REQUIRE(grader.calls.size() == 1);
+  CHECK(grader.calls[0].size() == 2);
+  CHECK(pool.graded == 2);
+
+  // relu has exactly one mutant: its comparison flipped (written here by hand).
+  const std::string relu = s.solution(0);
+  const size_t code = relu.find("```cpp\n");
+  const size_t gt = relu.find(" > ", code);
+  REQUIRE(gt != std::string::npos);
+  std::string relu_twin = relu;
+  relu_twin.replace(gt, 3, " < ");
+  CHECK(grader.calls[0][0] == relu_twin);
+
+  // Order: the solutions, then per solution its turn-1 twin and its second-turn example.
+  const auto turn1 = s.policy->encode_prompt(rl::first_turn_messages(s.tasks[0]->spec(), "cpu"));
+  CHECK(pool.samples[0].prompt_ids == turn1);
+  CHECK(pool.samples[0].completion_ids == s.policy->encode_completion(relu));
+  CHECK(pool.samples[2].prompt_ids == turn1);
+  CHECK(pool.samples[2].completion_ids == s.policy->encode_completion(relu_twin));
+  // The second-turn context, built by hand: turn 1, the twin, the feedback message.
+  rl::Prompt expect = rl::first_turn_messages(s.tasks[0]->spec(), "cpu");
+  expect.push_back({"assistant", relu_twin});
+  expect.push_back({"user", "Result: wrong_output\nfb 0\nFix the problem and answer again in the same format."});
+  CHECK(pool.samples[3].prompt_ids == s.policy->encode_prompt(expect));
+  CHECK(pool.samples[3].completion_ids == s.policy->encode_completion(relu));
+  const std::string text = decode(s.tok, pool.samples[3].prompt_ids);
+  CHECK(text.find(relu_twin) != std::string::npos);
+  CHECK(text.find("Result: wrong_output\nfb 0\n") != std::string::npos);
+  // gelu_tanh's second-turn example answers its own twin with its own solution.
+  CHECK(decode(s.tok, pool.samples[5].prompt_ids).find(grader.calls[0][1]) != std::string::npos);
+  CHECK(decode(s.tok, pool.samples[5].prompt_ids).find("fb 1") != std::string::npos);
+  CHECK(pool.samples[5].completion_ids == s.policy->encode_completion(s.solution(1)));
+  CHECK(pool.twins.find("relu: line 6: '>' -> '<' (wrong_output)") != std::string::npos);
+}
+
+TEST_CASE("sft pool: second_turn alone adds no wrong turn-1 target; grading rounds stop at enough twins") {
+  Setup s;
+  s.exp.train.sft.second_turn = 2;
+  FixedGrader grader;
+  const auto pool = s.pool(grader);
+  const size_t gelu_mutants = rl::solution_mutants(s.solution(1)).size();
+  REQUIRE(gelu_mutants >= 2);
+  CHECK(pool.wrong_twins == 0);
+  CHECK(pool.second_turn == 3);  // relu has one mutant, gelu_tanh two of its many
+  CHECK(pool.samples.size() == 5);
+  // Round 1 grades both solutions' first candidates, round 2 only gelu_tanh's second.
+  REQUIRE(grader.calls.size() == 2);
+  CHECK(grader.calls[0].size() == 2);
+  CHECK(grader.calls[1].size() == 1);
+  CHECK(pool.graded == 3);
+  for (size_t i = 2; i < pool.samples.size(); ++i) {  // every extra sample is a second-turn example
+    const std::string ctx = decode(s.tok, pool.samples[i].prompt_ids);
+    CHECK(ctx.find("Result: wrong_output\nfb ") != std::string::npos);
+  }
+}
+
+TEST_CASE("sft pool: without wrong_output twins all 8 candidates are graded and an error twin is taken; none when all correct") {
+  Setup s;
+  s.exp.train.sft.second_turn = 1;
+  const size_t tried = std::min<size_t>(8, rl::solution_mutants(s.solution(0)).size()) +
+                       std::min<size_t>(8, rl::solution_mutants(s.solution(1)).size());
+  FixedGrader errors;
+  errors.verdict = env::Verdict::compile_error;
+  const auto pool = s.pool(errors);
+  CHECK(pool.graded == tried);
+  CHECK(errors.requests() == tried);
+  CHECK(pool.second_turn == 2);
+  CHECK(decode(s.tok, pool.samples[2].prompt_ids).find("Result: compile_error\nfb 0\n") != std::string::npos);
+
+  FixedGrader correct;
+  correct.verdict = env::Verdict::correct;
+  const auto none = s.pool(correct);
+  CHECK(none.graded == tried);
+  CHECK(none.second_turn == 0);
+  CHECK(none.samples.size() == 2);
+
+  FixedGrader timeouts;
+  timeouts.verdict = env::Verdict::timeout;  // never a twin
+  CHECK(s.pool(timeouts).samples.size() == 2);
+
+  s.exp.train.sft.second_turn = 0;  // no twin wanted: nothing is graded
+  FixedGrader unused;
+  CHECK(s.pool(unused).samples.size() == 2);
+  CHECK(unused.calls.empty());
+}
