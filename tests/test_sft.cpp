@@ -77,7 +77,7 @@ struct Setup {
     exp.train.sft.enabled = true;
   }
   rl::SftPool pool(rl::Grader& grader) {
-    rl::SftContext c{exp, model, params, *policy, grader, tasks, rl::UpdateOptions{}};
+    rl::SftContext c{exp, model, params, *policy, grader, tasks, rl::UpdateOptions{}, 0, 1, nullptr, "", true, nullptr};
     c.progress = false;
     return rl::build_sft_pool(c);
   }

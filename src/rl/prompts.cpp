@@ -141,7 +141,10 @@ std::string strip_think(std::string_view text) {
 
 std::string digest_line(int turn, std::string_view verdict, std::string_view feedback) {
   std::string first(feedback.substr(0, feedback.find('\n')));
-  if (first.size() > 120) first = first.substr(0, 117) + "...";
+  if (first.size() > 120) {
+    first.resize(117);
+    first += "...";
+  }
   std::string line = "attempt " + std::to_string(turn) + ": " + std::string(verdict);
   if (!first.empty()) line += " (" + first + ")";
   return line;
