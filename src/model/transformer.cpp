@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <limits>
 #include <set>
 
 #include <ATen/autocast_mode.h>
@@ -195,25 +194,9 @@ class AttentionImpl : public torch::nn::Module {
       auto kj = torch::arange(0, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
       mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, T, past + T});
     }
-    if (T == 1 && !kv.prefix_k.defined() && x.device().is_cpu()) return o_proj(decode_attention(q, k, v, mk).reshape({B, 1, heads * head_dim}));
     auto out = at::scaled_dot_product_attention(q, k, v, mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt,
                                                 0.0, causal, std::nullopt, heads != kv_heads);
     return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));
-  }
-
-  // One new token per row (a decode step): q [B, H, 1, D] against k/v [B, Hkv, S, D], mask
-  // [B, 1, 1, S] bool or undefined. The query heads of a key/value head form the rows of one
-  // small matrix ([B, Hkv, H/Hkv, D]), so the scores and the weighted sum are two batched
-  // matmuls. Measured on the CPU at batch 64 and S = 400 this is several times faster than
-  // scaled_dot_product_attention, whose fused kernel runs a matrix-vector product per row
-  // and head (on a GPU the fused kernel is kept); the math is the same (softmax(q k^T / sqrt(D)) v). Returns [B, H, D].
-  torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const torch::Tensor& mask) const {
-    const int64_t B = q.size(0), G = heads / kv_heads;
-    auto qg = q.reshape({B, kv_heads, G, head_dim});
-    auto scores = torch::matmul(qg, k.transpose(-1, -2)).mul_(1.0 / std::sqrt(static_cast<double>(head_dim)));
-    if (mask.defined()) scores.masked_fill_(mask.logical_not(), -std::numeric_limits<float>::infinity());
-    return torch::matmul(scores.softmax(-1), v).reshape({B, heads, head_dim});
   }
 
   int64_t heads, kv_heads, head_dim;
