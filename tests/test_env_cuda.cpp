@@ -57,13 +57,6 @@ RunRequest timed_request(int warmup, int trials) {
   return r;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::shared_ptr<CudaBackend> compile_only_backend(const std::string& cache_dir) {
@@ -141,7 +134,7 @@ TEST_CASE("env cuda: NVRTC compiles every starter cuda solution to CUBIN with it
       if (e.path().filename().string().rfind("cuda_", 0) != 0) continue;
       any = true;
       CAPTURE(e.path().string());
-      ExtractedAnswer ans = extract_answer(slurp(e.path()), CodeLanguage::cuda);
+      ExtractedAnswer ans = extract_answer(leap::test::read_file(e.path()), CodeLanguage::cuda);
       PlanParseOptions po = backend->plan_options();
       po.line_offset = ans.plan_line - 1;
       LaunchPlan plan = parse_launch_plan(ans.plan_yaml, rt.interface(), po);
@@ -149,7 +142,7 @@ TEST_CASE("env cuda: NVRTC compiles every starter cuda solution to CUBIN with it
       REQUIRE_MESSAGE(c.ok, c.feedback);
       CHECK_FALSE(c.artifact.from_cache);
       CHECK(c.artifact.backend == "cuda");
-      const std::string cubin = slurp(c.artifact.path);
+      const std::string cubin = leap::test::read_file(c.artifact.path);
       CHECK(is_elf(cubin));
       CHECK(cubin_kernel_names(cubin) == c.artifact.exports);
       for (const auto& l : plan.launches) CHECK_MESSAGE(c.artifact.exports.count(l.kernel) == 1, l.kernel);
@@ -252,7 +245,7 @@ TEST_CASE("env cuda: the compile cache returns the same CUBIN without running NV
   CHECK_FALSE(first.from_cache);
   CHECK(first.seconds > 0);
   CHECK(first.exports == std::set<std::string>{"vadd"});
-  const std::string bytes = slurp(first.cubin_path);
+  const std::string bytes = leap::test::read_file(first.cubin_path);
   NvrtcResult second = a.compile(kVaddCode);
   CHECK(second.from_cache);
   CHECK(second.seconds == 0);
@@ -265,7 +258,7 @@ TEST_CASE("env cuda: the compile cache returns the same CUBIN without running NV
   NvrtcResult third = b.compile(kVaddCode);
   CHECK(third.from_cache);
   CHECK(b.compiler_runs() == 0);
-  CHECK(slurp(third.cubin_path) == bytes);
+  CHECK(leap::test::read_file(third.cubin_path) == bytes);
   // Another architecture or another source is another entry.
   NvrtcOptions o80 = o;
   o80.arch = "sm_80";
@@ -592,7 +585,7 @@ TEST_CASE("env cuda gpu: the starter softmax solution is correct through the ver
   leap::test::TempDir dir;
   auto env = leap::cli::make_environment(gpu_env(dir.path.string()), "cuda");
   RuntimeTask task(leap::tasks::load_task(kStarter + "/softmax_rows"), "cuda");
-  auto r = env->verifier->evaluate(task, slurp(kStarter + "/softmax_rows/solutions/cuda_block_per_row.md"));
+  auto r = env->verifier->evaluate(task, leap::test::read_file(kStarter + "/softmax_rows/solutions/cuda_block_per_row.md"));
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::correct);
   CHECK(r.candidate_ms > 0);
@@ -638,7 +631,7 @@ TEST_CASE("env cuda gpu: the reference of a starter cuda solution is timed on th
                                    {"matmul_square", "cuda_tiled.md"}}) {
     CAPTURE(name);
     RuntimeTask task(leap::tasks::load_task(kStarter + "/" + name), "cuda");
-    auto r = env->verifier->evaluate(task, slurp(kStarter + "/" + name + "/solutions/" + file));
+    auto r = env->verifier->evaluate(task, leap::test::read_file(kStarter + "/" + name + "/solutions/" + file));
     CAPTURE(r.feedback);
     REQUIRE(r.verdict == Verdict::correct);  // (a reference that cannot be timed there is infra_error)
     CHECK(r.details.at("reference_device") == "cuda:0");

@@ -34,13 +34,6 @@ namespace {
 
 const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 /// Counters shared by the parent and its forked workers.
@@ -137,7 +130,7 @@ TEST_SUITE_BEGIN("env");
 TEST_CASE("env infra: a GPU reference that cannot be timed is an infra_error, never a CPU timing") {
   Rig rig;
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string good = slurp(kStarter + "/relu/solutions/cpu_loop.md");
+  const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   // Control: without the fake device the same answer is correct, timed on the CPU.
   EvalResult ok = rig.verifier->evaluate(task, good);
   CAPTURE(ok.feedback);
@@ -185,7 +178,7 @@ TEST_CASE("env infra: a GPU reference that cannot be timed is an infra_error, ne
 TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twice is an infra_error") {
   Rig rig;
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string good = slurp(kStarter + "/relu/solutions/cpu_loop.md");
+  const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   EvalResult base = rig.verifier->evaluate(task, good);
   REQUIRE(base.verdict == Verdict::correct);
   const int jobs = rig.faults->candidate_jobs.exchange(0);  // 2 seeds + 1 timing job

@@ -59,13 +59,6 @@ std::unique_ptr<RuntimeTask> starter_task(const std::string& name) {
   return std::make_unique<RuntimeTask>(leap::tasks::load_task(kStarter + "/" + name), "cpu");
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 std::string answer(const std::string& code, const std::string& plan) {
   return "Here is my kernel.\n\n```cpp\n" + code + "```\n\n```yaml\n" + plan + "```\n";
 }
@@ -102,7 +95,7 @@ EvalResult eval(const RuntimeTask& t, const std::string& text) {
 
 TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
   auto task = starter_task("softmax_rows");
-  const std::string good = slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md");
+  const std::string good = leap::test::read_file(kStarter + "/softmax_rows/solutions/cpu_rows.md");
 
   SUBCASE("a correct kernel is correct, with timings") {
     auto r = eval(*task, good);
@@ -205,7 +198,7 @@ TEST_CASE("env: fewer warm-up + timed runs than input sets still runs every set 
   auto task = starter_task("relu");
   std::string sol;
   for (const auto& e : fs::directory_iterator(kStarter + "/relu/solutions"))
-    if (e.path().filename().string().rfind("cpu_", 0) == 0) sol = slurp(e.path());
+    if (e.path().filename().string().rfind("cpu_", 0) == 0) sol = leap::test::read_file(e.path());
   const auto r = env->verifier->evaluate(*task, sol);
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::correct);
@@ -216,7 +209,7 @@ TEST_CASE("env: a speedup above the suspicious threshold is re-measured and flag
   auto opts = shared().env->verifier->options();
   opts.suspicious_speedup = 1e-6;  // every speedup is "suspicious"
   Verifier v(shared().env->backend, shared().env->pool, opts);
-  auto r = v.evaluate(*task, slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md"));
+  auto r = v.evaluate(*task, leap::test::read_file(kStarter + "/softmax_rows/solutions/cpu_rows.md"));
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::correct);
   CHECK(r.suspicious);
@@ -279,7 +272,7 @@ TEST_CASE("env: every starter cpu solution is correct") {
     for (const auto& e : fs::directory_iterator(fs::path(spec.dir) / "solutions")) {
       std::string n = e.path().filename().string();
       if (n.rfind("cpu_", 0) == 0 && e.path().extension() == ".md")
-        jobs.push_back({tasks.back().get(), e.path().string(), slurp(e.path())});
+        jobs.push_back({tasks.back().get(), e.path().string(), leap::test::read_file(e.path())});
     }
   }
   // Correctness only (timing is covered above): the same seeds and checks, fewer seconds.
@@ -433,7 +426,7 @@ reference:
 
 TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the store") {
   leap::test::TempDir dir;
-  const std::string good = slurp(kStarter + "/softmax_rows/solutions/cpu_rows.md");
+  const std::string good = leap::test::read_file(kStarter + "/softmax_rows/solutions/cpu_rows.md");
   dir.write("sol/softmax_rows/a_good.md", good);
   dir.write("sol/softmax_rows/b_empty.md",
             answer("#include <cstdint>\nextern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {}\n",
