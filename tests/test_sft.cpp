@@ -189,3 +189,33 @@ TEST_CASE("sft pool: without wrong_output twins all 8 candidates are graded and 
   CHECK(s.pool(unused).samples.size() == 2);
   CHECK(unused.calls.empty());
 }
+
+TEST_CASE("sft pool: twin_solutions caps the solutions that get twins to a seeded sample") {
+  Setup s;
+  s.exp.train.sft.second_turn = 1;
+  s.exp.train.sft.twin_solutions = 1;
+  const std::string relu = s.solution(0), gelu = s.solution(1);
+  std::set<std::string> chosen;  // which solution got the twin, over seeds
+  for (int64_t seed = 0; seed < 8; ++seed) {
+    s.exp.train.seed = seed;
+    FixedGrader grader;
+    const auto pool = s.pool(grader);
+    CHECK(pool.solutions == 2);
+    CHECK(pool.second_turn == 1);
+    CHECK(pool.graded == 1);
+    REQUIRE(grader.calls.size() == 1);
+    REQUIRE(grader.calls[0].size() == 1);
+    REQUIRE(pool.samples.size() == 3);
+    // The one second-turn example answers with the solution its twin was made from.
+    const auto& target = pool.samples[2].completion_ids;
+    const bool is_relu = target == s.policy->encode_completion(relu);
+    CHECK((is_relu || target == s.policy->encode_completion(gelu)));
+    chosen.insert(is_relu ? "relu" : "gelu_tanh");
+    FixedGrader again;  // the same seed picks the same solution
+    CHECK(s.pool(again).samples[2].completion_ids == target);
+  }
+  CHECK(chosen.size() == 2);  // the sample depends on the seed
+  s.exp.train.sft.twin_solutions = 5;  // a cap above the count changes nothing
+  FixedGrader all;
+  CHECK(s.pool(all).second_turn == 2);
+}

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -210,3 +211,47 @@ TEST_CASE("generator: bad arguments are usage errors that write nothing") {
 }
 
 TEST_SUITE_END();
+
+TEST_CASE("generator: each C++ line of a solution follows a comment holding the prompt's PyTorch line") {
+  for (const Spelling sp : {Spelling::varied, Spelling::canonical}) {
+    GeneratorOptions o;
+    o.count = 40;
+    o.seed = 11;
+    o.spelling = sp;
+    for (const auto& t : generate_tasks(o).tasks) {
+      std::string yaml, sol;
+      for (const auto& [path, text] : t.files) (path == "task.yaml" ? yaml : sol) = text;
+      // The prompt's forward body: its "x = ..." lines and the return line, in order.
+      std::vector<std::string> want;
+      std::istringstream py(yaml.substr(yaml.find("def forward")));
+      for (std::string line; std::getline(py, line);) {
+        const size_t k = line.find_first_not_of(' ');
+        if (k == std::string::npos) continue;
+        if (line.compare(k, 4, "x = ") == 0) want.push_back("// " + line.substr(k));
+        if (line.compare(k, 7, "return ") == 0) {
+          want.push_back("// " + line.substr(k));
+          break;
+        }
+      }
+      REQUIRE(want.size() == t.program.ops.size() + 1);
+      std::vector<std::string> got, after;  // the comments and the line after each
+      std::istringstream cpp(sol);
+      std::vector<std::string> lines;
+      for (std::string line; std::getline(cpp, line);) lines.push_back(line);
+      for (size_t i = 0; i + 1 < lines.size(); ++i) {
+        const size_t k = lines[i].find_first_not_of(' ');
+        if (k != std::string::npos && lines[i].compare(k, 3, "// ") == 0) {
+          got.push_back(lines[i].substr(k));
+          after.push_back(lines[i + 1]);
+        }
+      }
+      CAPTURE(sol);
+      CHECK(got == want);
+      REQUIRE(after.size() == want.size());
+      // Each operator comment is followed by its operator's C++ line (a `v = ...;` statement).
+      for (size_t i = 0; i + 1 < after.size(); ++i) CHECK(contains(after[i], "v = "));
+      const bool reduce = t.program.reduce != Reduction::none;
+      CHECK(contains(after.back(), reduce ? "acc" : "y[r * cols + c] = v;"));
+    }
+  }
+}

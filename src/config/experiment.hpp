@@ -160,6 +160,9 @@ struct SftConfig {
   /// Per shipped solution, up to this many second-turn examples: context = the turn-1 prompt + a
   /// wrong twin + the environment's feedback on it, target = the solution (rl/sft.hpp); 0 = off.
   int64_t second_turn = 0;
+  /// Twins (for `mutants` and `second_turn`) are made for at most this many shipped solutions, a
+  /// seeded sample, so a large task set's warm start grades a bounded number of mutants; 0 = all.
+  int64_t twin_solutions = 0;
 };
 
 /// `train:` the outer loop.

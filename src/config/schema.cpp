@@ -230,6 +230,10 @@ std::vector<Field> build() {
                 "per shipped solution, also train up to N second-turn examples: a wrong twin and the environment's "
                 "feedback on it in the context, the solution as the target (0 = off)",
                 0, 16));
+  s.push_back(F("train.sft.twin_solutions", FT::Int,
+                member(&E_::train, &TrainConfig::sft, &SftConfig::twin_solutions),
+                "wrong twins (mutants, second_turn) for at most N shipped solutions, a seeded sample (0 = all)", 0,
+                kInf));
   // eval
   s.push_back(F("eval.turns", FT::Int, member(&E_::eval, &EvalConfig::turns), "turns per evaluation rollout", 1, 64));
   s.push_back(F("eval.samples", FT::Int, member(&E_::eval, &EvalConfig::samples), "samples per task (k of pass@k)", 1, 1024));

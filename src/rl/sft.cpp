@@ -80,6 +80,16 @@ std::vector<std::vector<Twin>> wrong_twins(SftContext& c, const std::vector<cons
     std::shuffle(cands[i].begin(), cands[i].end(), rng);
     if (cands[i].size() > kTried) cands[i].resize(kTried);
   }
+  // train.sft.twin_solutions: only a seeded sample of the solutions gets twins (its own stream, so
+  // the candidates' order above is the same with or without the cap).
+  const auto cap = static_cast<size_t>(c.exp.train.sft.twin_solutions);
+  if (cap > 0 && cap < solutions.size()) {
+    std::vector<size_t> idx(solutions.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::mt19937_64 pick(util::mix_seed(c.exp.train.seed, 0x7A1));
+    std::shuffle(idx.begin(), idx.end(), pick);
+    for (size_t k = cap; k < idx.size(); ++k) cands[idx[k]].clear();
+  }
   graded = 0;
   for (size_t round = 0; round < kTried; ++round) {
     std::vector<GradeRequest> requests;

@@ -64,7 +64,9 @@ struct SftPool {
 /// (prompt = the turn-1 prompt, target = the twin) and the first train.sft.second_turn become
 /// second-turn examples: prompt = next_turn_context(turn-1 messages, the twin, its verdict, the
 /// environment's feedback on it, its speedup) (rl/prompts.hpp, the context the rollout engine
-/// builds for turn 2 after that answer), target = the correct solution. Throws what the
+/// builds for turn 2 after that answer), target = the correct solution. With
+/// train.sft.twin_solutions = m > 0, only m solutions (a seeded sample) get twins, so at most 8m
+/// mutants are graded whatever the set's size. Throws what the
 /// tokenizer and the grader throw.
 SftPool build_sft_pool(SftContext& ctx);
 

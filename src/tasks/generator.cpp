@@ -156,7 +156,7 @@ GeneratedSet generate_tasks(const GeneratorOptions& opt) {
     t.rows = rows;
     t.cols = cols;
     t.files.push_back({"task.yaml", render_task_yaml(t.name, opt.family, opt.seed, p, rows, cols, opt.spelling, spelling_seed)});
-    t.files.push_back({"solutions/cpu_model.md", render_cpu_solution(p)});
+    t.files.push_back({"solutions/cpu_model.md", render_cpu_solution(p, opt.spelling, spelling_seed)});
     dest.push_back(std::move(t));
   }
   for (auto& t : train) set.tasks.push_back(std::move(t));

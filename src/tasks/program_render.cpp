@@ -168,7 +168,7 @@ std::string render_reference(const Program& p) {
   return os.str();
 }
 
-std::string render_cpu_solution(const Program& p) {
+std::string render_cpu_solution(const Program& p, Spelling spelling, uint64_t spelling_seed) {
   const bool w = p.uses_weight();
   const bool red = p.reduce != Reduction::none;
   std::ostringstream os;
@@ -182,7 +182,13 @@ std::string render_cpu_solution(const Program& p) {
     os << "        double acc = 0.0;\n";
   os << "        for (int64_t c = 0; c < cols; ++c) {\n"
      << "            float v = x[r * cols + c];\n";
-  for (const auto& o : p.ops) os << "            " << cpp_line(o) << "\n";
+  // Each C++ line follows a comment holding the prompt's PyTorch line it implements (the same
+  // spelling as the prompt), so the answer reads as a line-by-line translation.
+  for (size_t i = 0; i < p.ops.size(); ++i)
+    os << "            // x = " << python_line(p.ops[i], pick(spelling, spelling_seed, i, line_variants(p.ops[i].kind)))
+       << "\n            " << cpp_line(p.ops[i]) << "\n";
+  os << "            // return "
+     << python_return(p.reduce, pick(spelling, spelling_seed, p.ops.size(), return_variants(p.reduce))) << "\n";
   switch (p.reduce) {
     case Reduction::none: os << "            y[r * cols + c] = v;\n"; break;
     case Reduction::max: os << "            acc = v > acc ? v : acc;\n"; break;

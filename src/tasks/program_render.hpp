@@ -22,8 +22,11 @@ std::string render_reference(const Program& p);
 
 /// A correct cpu answer (one ```cpp block with `extern "C" void model_forward(...)` and one
 /// ```yaml launch plan, DESIGN.md section 3): one loop over rows and columns, one C++ line per
-/// operator in program order, a double accumulator for sum and mean.
-std::string render_cpu_solution(const Program& p);
+/// operator in program order, a double accumulator for sum and mean. Each operator's line is
+/// preceded by a comment `// x = <the prompt's PyTorch line>` and the reduction (or store) by
+/// `// return <the prompt's return expression>`, in the spelling render_prompt draws for the same
+/// `spelling` and `spelling_seed`, so the answer is a line-by-line translation of the prompt.
+std::string render_cpu_solution(const Program& p, Spelling spelling, uint64_t spelling_seed);
 
 /// Everything of task.yaml: name, level 1, category (elementwise or reduction), `source`
 /// provenance (generator, family, seed, canonical program key), prompt, sizes {B, N}, inputs,
