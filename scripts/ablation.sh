@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The generated-family ablation (docs/results.md), one command:
-#   1. generates the task set (tasks/generated/ewred: 300 distinct programs, 10% held out, one
+#   1. generates the task set (tasks/generated/ewred: 2560 distinct programs, 60 held out, one
 #      PyTorch spelling per operator),
 #   2. makes the tiny model with a tokenizer trained on that set (models/ewred-tiny),
 #   3. runs the supervised warm start once (configs/generated/sft.yaml) and copies its checkpoint
@@ -29,7 +29,7 @@ NICE="nice -n 10"
 mkdir -p "$OUT"
 start=$(date +%s)
 if [ ! -f "$TASKS/set.yaml" ]; then
-  $LEAP tasks generate ewred --count 300 --seed 0 --eval-fraction 0.1 --spellings canonical --out "$TASKS"
+  $LEAP tasks generate ewred --count 2560 --seed 0 --eval-fraction 0.0234375 --spellings canonical --out "$TASKS"
 fi
 if [ ! -f models/ewred-tiny/config.json ]; then
   $NICE $LEAP model init --preset tiny --corpus "$TASKS" --out models/ewred-tiny --seed 0

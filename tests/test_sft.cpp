@@ -219,3 +219,16 @@ TEST_CASE("sft pool: twin_solutions caps the solutions that get twins to a seede
   FixedGrader all;
   CHECK(s.pool(all).second_turn == 2);
 }
+
+TEST_CASE("sft_lr: constant, or cosine from lr at step 1 to 0 at the last step") {
+  config::SftConfig c;
+  c.lr = 0.004;
+  c.steps = 5;
+  for (int64_t k = 1; k <= 5; ++k) CHECK(rl::sft_lr(c, k) == doctest::Approx(0.004));
+  c.schedule = "cosine";
+  // 0.004 * (1 + cos(pi * (k - 1) / 4)) / 2 for k = 1..5: 1, (1 + 1/sqrt2)/2, 1/2, (1 - 1/sqrt2)/2, 0.
+  const double expect[] = {0.004, 0.004 * 0.8535533905932737, 0.002, 0.004 * 0.14644660940672624, 0.0};
+  for (int64_t k = 1; k <= 5; ++k) CHECK(rl::sft_lr(c, k) == doctest::Approx(expect[k - 1]).epsilon(1e-12));
+  c.steps = 1;  // a single step keeps the full rate
+  CHECK(rl::sft_lr(c, 1) == doctest::Approx(0.004));
+}

@@ -163,6 +163,8 @@ struct SftConfig {
   /// Twins (for `mutants` and `second_turn`) are made for at most this many shipped solutions, a
   /// seeded sample, so a large task set's warm start grades a bounded number of mutants; 0 = all.
   int64_t twin_solutions = 0;
+  /// Learning rate over the supervised steps: constant, or cosine from `lr` to 0 at `steps`.
+  std::string schedule = "constant";
 };
 
 /// `train:` the outer loop.

@@ -234,6 +234,9 @@ std::vector<Field> build() {
                 member(&E_::train, &TrainConfig::sft, &SftConfig::twin_solutions),
                 "wrong twins (mutants, second_turn) for at most N shipped solutions, a seeded sample (0 = all)", 0,
                 kInf));
+  s.push_back(E("train.sft.schedule", {"constant", "cosine"},
+                member(&E_::train, &TrainConfig::sft, &SftConfig::schedule),
+                "supervised learning rate over the steps: constant, or cosine from lr to 0 at the last step"));
   // eval
   s.push_back(F("eval.turns", FT::Int, member(&E_::eval, &EvalConfig::turns), "turns per evaluation rollout", 1, 64));
   s.push_back(F("eval.samples", FT::Int, member(&E_::eval, &EvalConfig::samples), "samples per task (k of pass@k)", 1, 1024));

@@ -172,6 +172,12 @@ SftPool build_sft_pool(SftContext& c) {
   return pool;
 }
 
+double sft_lr(const config::SftConfig& sft, int64_t step) {
+  if (sft.schedule != "cosine" || sft.steps <= 1) return sft.lr;
+  const double progress = static_cast<double>(step - 1) / static_cast<double>(sft.steps - 1);
+  return sft.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
 /// Supervised warm start on the train split's shipped solutions (train.sft).
 void run_sft(SftContext& c) {
   const auto& sft = c.exp.train.sft;
@@ -198,6 +204,8 @@ void run_sft(SftContext& c) {
   int64_t steps_run = 0;
   for (int64_t step = 1; step <= sft.steps && !(c.interrupted && *c.interrupted); ++step) {
     ++steps_run;
+    const double lr = sft_lr(sft, step);
+    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     std::vector<TrainSample> batch;
     for (int64_t b = 0; b < sft.batch_size; ++b) {
       if (pos >= order.size()) {

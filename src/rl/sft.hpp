@@ -70,7 +70,12 @@ struct SftPool {
 /// tokenizer and the grader throw.
 SftPool build_sft_pool(SftContext& ctx);
 
-/// Runs exp.train.sft.steps supervised steps (own AdamW at train.sft.lr, batches of
+/// The supervised learning rate of SFT step `step` (1-based): train.sft.lr when the schedule is
+/// constant; for "cosine", lr * (1 + cos(pi * (step - 1) / (steps - 1))) / 2, so lr at step 1 and 0
+/// at the last step.
+double sft_lr(const config::SftConfig& sft, int64_t step);
+
+/// Runs exp.train.sft.steps supervised steps (own AdamW at sft_lr(train.sft, step), batches of
 /// train.sft.batch_size drawn from a seeded shuffle of build_sft_pool's samples; token-mean
 /// NLL of the targets). Stores `sft/loss` at steps <= 0 and one `sft` event. Warns and returns
 /// when the split has no shipped solution. Throws what the model, the grader and the store throw.
