@@ -13,7 +13,7 @@
 # Environment: SEEDS (default "0 1 2"), ARMS (default all four), OUT (default results/ablation:
 # the store OUT/leap.db, run folders, OUT/sft.db for the warm start), TARGET (eval Acc@1 for the
 # time-to-target column, default 0.5), SET (extra `--set` arguments for every arm, e.g.
-# "--set train.steps=4"), LEAP (default build/leap).
+# "--set train.steps=4"), LEAP (default build/leap), JOBS (arm runs at a time, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
@@ -41,18 +41,38 @@ if [ ! -f models/ewred-sft/config.json ]; then
   rm -rf models/ewred-sft.tmp && cp -r "$ckpt" models/ewred-sft.tmp && mv models/ewred-sft.tmp models/ewred-sft
 fi
 echo "ablation: warm start ready after $(( $(date +%s) - start )) s"
+# One arm x seed run; its stdout goes to OUT/ARM-seedS.txt.
+run_arm() {
+  local arm=$1 seed=$2 t0
+  t0=$(date +%s)
+  # shellcheck disable=SC2086
+  $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" train "configs/generated/$arm.yaml" \
+    --set train.seed="$seed" $SET >"$OUT/$arm-seed$seed.txt" 2>"$OUT/$arm-seed$seed.log" ||
+    { echo "ablation: $arm seed $seed failed (tail of $OUT/$arm-seed$seed.log):" >&2; tail -5 "$OUT/$arm-seed$seed.log" >&2; return 1; }
+  echo "ablation: $arm seed $seed: run $(awk '/^run .* finished:/{print $2}' "$OUT/$arm-seed$seed.txt" | tail -1)," \
+    "$(( $(date +%s) - t0 )) s"
+}
+# JOBS runs at a time (default 1; with 2, set "--set model.cpu_threads=1" in SET so the two
+# processes share the 2 cores instead of oversubscribing them); the store serialises their writes.
+JOBS=${JOBS:-1}
+pids=()
+failed=0
+for seed in $SEEDS; do
+  for arm in $ARMS; do
+    run_arm "$arm" "$seed" &
+    pids+=($!)
+    if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+  done
+done
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
 runs=()
-for arm in $ARMS; do
-  for seed in $SEEDS; do
-    t0=$(date +%s)
-    # shellcheck disable=SC2086
-    $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" train "configs/generated/$arm.yaml" \
-      --set train.seed="$seed" $SET | tee "$OUT/$arm-seed$seed.txt"
+for seed in $SEEDS; do
+  for arm in $ARMS; do
     id=$(awk '/^run .* finished:/{print $2}' "$OUT/$arm-seed$seed.txt" | tail -1)
-    runs+=("$id")
-    echo "ablation: $arm seed $seed: run $id, $(( $(date +%s) - t0 )) s"
+    [ -n "$id" ] && runs+=("$id")
   done
 done
 ids=$(IFS=,; echo "${runs[*]}")
 $LEAP --db "$OUT/leap.db" report --runs "$ids" --target "$TARGET" --format md | tee "$OUT/report.md"
 echo "ablation: ${#runs[@]} runs ($ids) in $(( $(date +%s) - start )) s; table in $OUT/report.md"
+[ "$failed" = 0 ] || { echo "ablation: some arm runs failed; the table above has only the runs that finished" >&2; exit 1; }
