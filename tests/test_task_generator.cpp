@@ -210,8 +210,6 @@ TEST_CASE("generator: bad arguments are usage errors that write nothing") {
   CHECK(load_task_set(empty.string()).tasks.size() == 5);
 }
 
-TEST_SUITE_END();
-
 TEST_CASE("generator: each C++ line of a solution follows a comment holding the prompt's PyTorch line") {
   for (const Spelling sp : {Spelling::varied, Spelling::canonical}) {
     GeneratorOptions o;
@@ -255,3 +253,5 @@ TEST_CASE("generator: each C++ line of a solution follows a comment holding the 
     }
   }
 }
+
+TEST_SUITE_END();
