@@ -7,6 +7,7 @@
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
+#include "model/decode_attention.hpp"
 #include "model/safetensors_torch.hpp"
 #include "model/safetensors_writer.hpp"
 #include "util/error.hpp"
@@ -194,6 +195,11 @@ class AttentionImpl : public torch::nn::Module {
       auto kj = torch::arange(0, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
       mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, T, past + T});
     }
+    // A decode step on the CPU (one new token per row, fp32, no gradient): one pass per row and
+    // key/value head over the cache instead of SDPA's per-row, per-head matrix-vector calls.
+    const bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+    if (T == 1 && !grad && decode_attention_supported(q, k, v, mk))
+      return o_proj(decode_attention_cpu(q, k, v, mk).view({B, T, heads * head_dim}));
     auto out = at::scaled_dot_product_attention(q, k, v, mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt,
                                                 0.0, causal, std::nullopt, heads != kv_heads);
     return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));
