@@ -7,6 +7,7 @@
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
+#include "model/cpu_fused.hpp"
 #include "model/decode_attention.hpp"
 #include "model/safetensors_torch.hpp"
 #include "model/safetensors_writer.hpp"
@@ -56,6 +57,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (cpu_fused_ok({&x, &weight})) return rms_norm_cpu(x, weight, eps);
   auto h = x.to(torch::kFloat32);
   auto var = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * torch::rsqrt(var + eps);
@@ -166,8 +168,13 @@ class AttentionImpl : public torch::nn::Module {
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    if (cpu_fused_ok({&q, &k, &cos, &sin}) && cos.sizes() == sin.sizes() && cos.size(0) == B && cos.size(2) == T) {
+      q = rotary_cpu(q, cos, sin);
+      k = rotary_cpu(k, cos, sin);
+    } else {
+      q = q * cos + rotate_half(q) * sin;
+      k = k * cos + rotate_half(k) * sin;
+    }
     if (kv.out_k != nullptr) {
       *kv.out_k = k;
       *kv.out_v = v;
