@@ -28,6 +28,7 @@ struct RunSpec {
   int final_t2 = 0;       ///< ... correct only at turn 2
   int activated = 0;      ///< of the 4 training groups (2 steps x 2 groups)
   double final_at = 0;    ///< seconds after the start when the final eval is stored
+  int turns_max = 0;      ///< written into the config as turns.max when > 0
 };
 
 TurnRecord turn(int64_t t, const std::string& verdict) {
@@ -65,7 +66,8 @@ void write_run(Store& st, const RunSpec& s, double t0) {
   info.id = s.id;
   info.name = s.arm;
   info.config_yaml = "name: " + s.arm + "\ndcp:\n  enabled: " + (s.dcp ? "true" : "false") + "\ntrain:\n  seed: " +
-                     std::to_string(s.seed) + "\n";
+                     std::to_string(s.seed) + "\n" +
+                     (s.turns_max > 0 ? "turns:\n  max: " + std::to_string(s.turns_max) + "\n" : std::string());
   info.seed = s.seed;
   info.started_at = t0;
   st.create_run(info);
@@ -198,4 +200,34 @@ TEST_CASE("report: per-arm means with standard errors over seeds (Acc@1, Acc@T, 
   auto one = run_leap("--db " + db + " report --format csv --runs 20260101-000000-a001");
   REQUIRE(one.rc == 0);
   CHECK(one.out.find("arm_a (20260101-000000-a001),1,2,0.250,0.500,0.750,1.33,") != std::string::npos);
+}
+
+TEST_CASE("report: a single-turn arm (turns.max 1) has no activated-groups figure; a multi-turn one has") {
+  leap::test::TempDir tmp;
+  const std::string db = (tmp.path / "leap.db").string();
+  {
+    Store st(db);
+    // Both arms' groups carry DCP flags (the trainer sets them either way); only turns.max differs.
+    write_run(st, {"20260101-000000-c001", "single", true, 1, 1, 2, 0, 3, 100, 1}, 1000);
+    write_run(st, {"20260101-000000-c002", "multi", true, 1, 1, 2, 0, 3, 100, 2}, 20000);
+  }
+  auto res = run_leap("--db " + db + " report --format csv");
+  CAPTURE(res.err);
+  REQUIRE(res.rc == 0);
+  CAPTURE(res.out);
+  std::stringstream lines(res.out);
+  std::string header_line;
+  std::getline(lines, header_line);
+  const auto header = split_csv(header_line);
+  size_t act = header.size();
+  for (size_t i = 0; i < header.size(); ++i)
+    if (header[i] == "activated_groups_%") act = i;
+  REQUIRE(act < header.size());
+  std::map<std::string, std::vector<std::string>> rows;
+  for (std::string l; std::getline(lines, l);)
+    if (!l.empty()) rows[split_csv(l)[0].substr(0, split_csv(l)[0].find(' '))] = split_csv(l);
+  REQUIRE(rows.count("single"));
+  REQUIRE(rows.count("multi"));
+  CHECK(rows["single"][act] == "-");
+  CHECK(std::stod(rows["multi"][act]) == doctest::Approx(75.0));  // 3 of 4 groups
 }

@@ -54,13 +54,22 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
     double end = r.run.ended_at.value_or(s.column_opt_double(4).value_or(NAN));
     r.wall_seconds = end - r.run.started_at;
   }
-  {
+  // Debugging turns exist only with turns.max > 1: a single-turn run has no activated groups
+  // to report (its groups' DCP flag says nothing), so the column stays empty ("-").
+  bool multi_turn = true;
+  if (auto it = r.config.find("turns.max"); it != r.config.end()) {
+    try {
+      multi_turn = std::stoll(it->second) > 1;
+    } catch (const std::exception&) {
+    }
+  }
+  if (multi_turn) {
     store::Statement s = db.prepare("SELECT count(*), sum(dcp_activated) FROM groups WHERE run_id = ?1");
     s.bind_text(1, run_id);
     s.step();
     if (s.column_int64(0)) r.activated_groups_pct = 100.0 * s.column_double(1) / s.column_double(0);
   }
-  if (std::isnan(r.activated_groups_pct)) {  // no group rows: mean of the trainer's per-step share
+  if (multi_turn && std::isnan(r.activated_groups_pct)) {  // no group rows: the trainer's per-step share
     double sum = 0;
     int n = 0;
     for (const auto& p : st.metric_series(run_id, "activated_groups_frac"))
