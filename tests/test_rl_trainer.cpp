@@ -10,6 +10,7 @@
 #include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 #include <set>
 
 #include "env/task_runtime.hpp"
@@ -427,6 +428,23 @@ TEST_CASE("rl eval: leap eval --bench --model rolls out with the engine, stores 
   auto bad = test::run_leap("eval --bench no-such-bench --model " + (root / "tiny").string() + " --db " + db);
   CHECK(bad.rc == 2);
   CHECK(bad.err.find("no-such-bench") != std::string::npos);
+  // --split eval: exactly the eval split's tasks, as tasks/starter/set.yaml lists them.
+  auto sp = test::run_leap("eval --bench starter --model " + (root / "tiny").string() +
+                           " --split eval --turns 1 --samples 1 --set rollout.max_new_tokens=4 --db " + db);
+  REQUIRE_MESSAGE(sp.rc == 0, sp.err);
+  std::set<std::string> want;
+  for (const auto& n : YAML::LoadFile(std::string(LEAP_SOURCE_DIR) + "/tasks/starter/set.yaml")["eval"])
+    want.insert(n.as<std::string>());
+  REQUIRE(want.size() >= 2);
+  std::set<std::string> got;
+  auto q = s.db().prepare(
+      "SELECT DISTINCT t.name FROM eval_results r JOIN tasks t ON t.id = r.task_id WHERE r.evaluation_id = "
+      "(SELECT max(id) FROM evaluations)");
+  while (q.step()) got.insert(q.column_text(0));
+  CHECK(got == want);
+  auto none = test::run_leap("eval --bench starter --model " + (root / "tiny").string() + " --split nope --db " + db);
+  CHECK(none.rc == 2);
+  CHECK(none.err.find("--split") != std::string::npos);
 }
 
 TEST_CASE("rl report: leap report over two short real runs (DCP on and off) shows both and the switch") {

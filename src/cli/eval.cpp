@@ -188,7 +188,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("eval", "Score a model, a run's checkpoint or saved solutions: correctness, "
                                          "speedup, fast_p, Acc@k per turn");
   struct Opts {
-    std::string config, bench, tasks, solutions, model, run, backend = "cpu", format = "table", levels;
+    std::string config, bench, tasks, solutions, model, run, backend = "cpu", format = "table", levels, split;
     std::vector<std::string> sets;
     int64_t checkpoint = -1, turns = 0, samples = 0, limit = 0;
   };
@@ -205,6 +205,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--samples", o->samples, "samples per task, k of pass@k (default: eval.samples)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   cmd->add_option("--levels", o->levels, "comma-separated levels to keep, e.g. 1,2");
+  cmd->add_option("--split", o->split, "only the tasks of this split of the set (train, eval, ...; default: all)");
   cmd->add_option("--limit", o->limit, "at most this many tasks")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--format", o->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
@@ -226,6 +227,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     a.turns = o->turns;
     a.samples = o->samples;
     a.levels = o->levels;
+    a.split = o->split;
     a.limit = o->limit;
     a.backend = o->backend;
     a.format = o->format;

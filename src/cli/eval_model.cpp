@@ -90,11 +90,12 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   std::vector<const env::RuntimeTask*> tasks;
   for (const auto& spec : set.tasks) {
     if (!levels.empty() && (!spec.level || std::find(levels.begin(), levels.end(), *spec.level) == levels.end())) continue;
+    if (!a.split.empty() && a.split != "all" && set.split_of(spec.name) != a.split) continue;
     if (a.limit > 0 && static_cast<int64_t>(tasks.size()) >= a.limit) break;
     owned.push_back(std::make_unique<env::RuntimeTask>(spec, backend));
     tasks.push_back(owned.back().get());
   }
-  if (tasks.empty()) throw UsageError("leap eval: no task of " + dir + " matches --levels/--limit");
+  if (tasks.empty()) throw UsageError("leap eval: no task of " + dir + " matches --levels/--split/--limit");
 
   const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
   const torch::Device device = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);

@@ -18,6 +18,7 @@ struct ModelEvalArgs {
   int64_t turns = 0;       ///< 0: eval.turns
   int64_t samples = 0;     ///< 0: eval.samples
   std::string levels;      ///< "1,2" or empty
+  std::string split;       ///< a split of the set's set.yaml (train, eval, ...), or empty / "all": every task
   int64_t limit = 0;
   std::string backend;     ///< cpu | cuda
   std::string format = "table";
