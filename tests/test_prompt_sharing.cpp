@@ -276,3 +276,118 @@ TEST_CASE("prompt sharing: prefilling each distinct prompt once leaves generatio
     if (temperature > 0) CHECK(shared[0].tokens != shared[1].tokens);  // copies decode independently
   }
 }
+
+TEST_CASE("update: samples with advantage 0 are not run, and the update is the one that runs them") {
+  std::mt19937_64 rng(21);
+  // Group 0: every advantage 0 (equal rewards); group 1: mixed, one sample at 0.
+  std::vector<rl::TrainSample> samples;
+  for (int g = 0; g < 2; ++g) {
+    const auto task = random_ids(rng, 25 + 4 * static_cast<size_t>(g));
+    for (int i = 0; i < 6; ++i) {
+      rl::TrainSample s;
+      s.prompt_ids = task;
+      s.completion_ids = random_ids(rng, 3 + static_cast<size_t>((g * 6 + i) % 5));
+      s.advantage = g == 0 || i == 2 ? 0.0 : (i % 2 ? 0.8 : -0.6);
+      s.segment_id = g * 6 + i;
+      samples.push_back(s);
+    }
+  }
+  auto zero = samples;
+  for (auto& s : zero) s.advantage = 0.0;
+  for (const auto agg : {rl::Aggregation::token_mean, rl::Aggregation::segment_mean}) {
+    CAPTURE(static_cast<int>(agg));
+    auto run = [&](bool skip) {
+      auto model = small_model(5);
+      std::vector<at::Tensor> params;
+      for (auto& p : model->parameters()) params.push_back(p);
+      // SGD with momentum: linear in the gradients (Adam would magnify rounding in near-zero
+      // entries), and it still moves the weights on a step without signal.
+      torch::optim::SGD opt(params, torch::optim::SGDOptions(0.2).momentum(0.9));
+      rl::UpdateOptions o;
+      o.skip_zero_advantage = skip;
+      o.aggregation = agg;
+      o.mini_batch_size = 4;
+      o.seed = 3;
+      o.ppo_epochs = 2;
+      o.max_grad_norm = 0.5;
+      std::vector<std::vector<torch::Tensor>> after;
+      std::vector<rl::UpdateStats> stats;
+      for (auto* batch : {&samples, &zero}) {  // the second update has no signal at all
+        auto data = *batch;
+        rl::compute_old_logprobs(model, nullptr, data, o);
+        if (agg == rl::Aggregation::segment_mean) rl::set_step_segment_weights(data, nullptr);
+        if (batch == &samples) {  // start away from the old policy so ratios and clipping matter
+          torch::NoGradGuard ng;
+          for (auto& p : model->parameters()) p.add_(0.1 * torch::randn_like(p));
+        }
+        stats.push_back(rl::ppo_update(model, opt, params, data, o));
+        std::vector<torch::Tensor> w;
+        for (auto& p : model->parameters()) w.push_back(p.detach().clone());
+        after.push_back(w);
+      }
+      return std::make_pair(after, stats);
+    };
+    torch::manual_seed(77);
+    auto [w_run, s_run] = run(false);
+    torch::manual_seed(77);
+    auto [w_skip, s_skip] = run(true);
+    CHECK(s_run[0].samples_not_run == 0);
+    CHECK(s_skip[0].samples_not_run == 2 * 7);   // 7 zero-advantage samples, 2 epochs
+    CHECK(s_skip[1].samples_not_run == 2 * 12);  // nothing to run
+    for (int u = 0; u < 2; ++u) {
+      CAPTURE(u);
+      CHECK(s_run[u].optimizer_steps == s_skip[u].optimizer_steps);
+      CHECK(s_run[u].loss == doctest::Approx(s_skip[u].loss).epsilon(1e-5));
+      CHECK(s_run[u].grad_norm == doctest::Approx(s_skip[u].grad_norm).epsilon(1e-4));
+      CHECK(s_run[u].clip_frac_low == doctest::Approx(s_skip[u].clip_frac_low));
+      CHECK(s_run[u].clip_frac_high == doctest::Approx(s_skip[u].clip_frac_high));
+      double diff = 0, moved = 0;
+      const auto& before = u == 0 ? std::vector<torch::Tensor>() : w_run[0];
+      for (size_t i = 0; i < w_run[u].size(); ++i) {
+        diff = std::max(diff, max_abs(w_run[u][i] - w_skip[u][i]));
+        if (u == 1) moved = std::max(moved, max_abs(w_run[1][i] - before[i]));
+      }
+      CAPTURE(diff);
+      CHECK(diff < 1e-6);
+      // With no signal the momentum still moves the weights: the skipped path must too.
+      if (u == 1) CHECK(moved > 1e-4);
+    }
+    CHECK(s_run[0].clip_frac_low + s_run[0].clip_frac_high > 0);  // the ratios were exercised
+  }
+}
+
+TEST_CASE("update: a first update with nothing to run still counts as an Adam step") {
+  std::mt19937_64 rng(23);
+  std::vector<rl::TrainSample> samples;
+  const auto task = random_ids(rng, 20);
+  for (int i = 0; i < 4; ++i) {
+    rl::TrainSample s;
+    s.prompt_ids = task;
+    s.completion_ids = random_ids(rng, 4 + static_cast<size_t>(i));
+    s.advantage = i % 2 ? 1.0 : -1.0;
+    samples.push_back(s);
+  }
+  auto zero = samples;
+  for (auto& s : zero) s.advantage = 0.0;
+  auto run = [&](bool skip) {
+    auto model = small_model(6);
+    std::vector<at::Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p);
+    torch::optim::Adam opt(params, torch::optim::AdamOptions(1e-2));
+    rl::UpdateOptions o;
+    o.skip_zero_advantage = skip;
+    for (auto* batch : {&zero, &samples}) {  // Adam's step count (bias correction) must agree
+      auto data = *batch;
+      rl::compute_old_logprobs(model, nullptr, data, o);
+      rl::ppo_update(model, opt, params, data, o);
+    }
+    std::vector<torch::Tensor> w;
+    for (auto& p : model->parameters()) w.push_back(p.detach().clone());
+    return w;
+  };
+  const auto a = run(false), b = run(true);
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, max_abs(a[i] - b[i]));
+  CAPTURE(diff);
+  CHECK(diff < 1e-4);  // a missed step would change the second step by ~lr / 2 = 5e-3
+}

@@ -259,6 +259,13 @@ double grad_norm(const std::vector<at::Tensor>& params) {
   return std::sqrt(sq);
 }
 
+/// Gives every parameter without a gradient a zero one, so the optimizer steps it as the
+/// backward of a zero loss would have (Adam's moments and step count move on).
+void define_grads(const std::vector<at::Tensor>& params) {
+  for (const auto& p : params)
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+}
+
 void zero_grads(const std::vector<at::Tensor>& params) {
   for (const auto& p : params)
     if (p.grad().defined()) p.mutable_grad().zero_();
@@ -424,7 +431,8 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
     if (s.old_logp.size() != s.completion_ids.size())
       throw Error("ppo_update: old log-probs missing (call compute_old_logprobs first)");
   const bool with_ref = o.loss.kl_beta > 0 && !samples.empty() && !samples.front().ref_logp.empty();
-  double tokens_seen = 0, clip_low = 0, clip_high = 0, entropy = 0, kl = 0, loss_total = 0, norm_total = 0;
+  double tokens_seen = 0, entropy_tokens = 0, clip_low = 0, clip_high = 0, entropy = 0, kl = 0, loss_total = 0,
+         norm_total = 0;
   std::mt19937_64 rng(o.seed);
   std::vector<size_t> order(samples.size());
   std::iota(order.begin(), order.end(), 0);
@@ -455,9 +463,26 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
     for (const auto& step_idx : steps) {
       const auto w = step_weights(samples, step_idx, o, n_steps);
       double step_loss = 0;
+      bool ran = false;
       for (size_t start = 0; start < step_idx.size(); start += mb) {
-        std::vector<size_t> idx(step_idx.begin() + static_cast<long>(start),
-                                step_idx.begin() + static_cast<long>(std::min(step_idx.size(), start + mb)));
+        const size_t end = std::min(step_idx.size(), start + mb);
+        // A sample with advantage 0 and no KL term adds exactly 0 to the loss and its gradient
+        // (pg = -min(ratio * 0, clip(ratio) * 0)); with skip_zero_advantage it is not run. Its
+        // weight stays in the step's normalizers (w above), and its tokens count in the clip
+        // fractions (where it clips nothing), so the step is the one the unskipped path takes.
+        std::vector<size_t> idx, pos;
+        for (size_t k = start; k < end; ++k) {
+          const auto& s = samples[step_idx[k]];
+          if (o.skip_zero_advantage && !with_ref && s.advantage == 0.0) {
+            tokens_seen += static_cast<double>(s.completion_ids.size());
+            st.samples_not_run += 1;
+            continue;
+          }
+          idx.push_back(step_idx[k]);
+          pos.push_back(k);
+        }
+        if (idx.empty()) continue;
+        ran = true;
         const Batch b = make_batch(samples, idx, o.pad_id, policy->device(), o.share_prompts);
         const int64_t B = static_cast<int64_t>(idx.size()), C = b.completion_len;
         auto old_lp = torch::zeros({B, C}, torch::kFloat32);
@@ -471,7 +496,7 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
           if (with_ref && n)
             ref_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.ref_logp.data()), {n}, torch::kFloat32));
           adv[r] = s.advantage;
-          wt[r] = w[start + static_cast<size_t>(r)];
+          wt[r] = w[pos[static_cast<size_t>(r)]];
         }
         const auto dev = policy->device();
         auto lp = batch_logprobs(policy, b, o);
@@ -483,11 +508,13 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
         else step_loss = std::nan("");
         const double n_tok = b.completion_mask.sum().item<double>();
         tokens_seen += n_tok;
+        entropy_tokens += n_tok;
         clip_low += terms.clip_frac_low * n_tok;
         clip_high += terms.clip_frac_high * n_tok;
         kl += terms.kl_mean * n_tok;
         entropy += (lp.entropy.detach() * b.completion_mask).sum().item<double>();
       }
+      if (!ran) define_grads(params);  // every sample skipped: step as on the zero gradient of a zero loss
       const double norm = finish_step(optimizer, params, &step_loss, o.max_grad_norm, &st,
                                       "update step " + std::to_string(st.optimizer_steps + 1), pg);
       st.optimizer_steps += 1;
@@ -496,8 +523,8 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
     }
   }
   if (pg) {
-    const auto r = pg->all_reduce_sum({tokens_seen, clip_low, clip_high, entropy, kl});
-    tokens_seen = r[0], clip_low = r[1], clip_high = r[2], entropy = r[3], kl = r[4];
+    const auto r = pg->all_reduce_sum({tokens_seen, clip_low, clip_high, entropy, kl, entropy_tokens});
+    tokens_seen = r[0], clip_low = r[1], clip_high = r[2], entropy = r[3], kl = r[4], entropy_tokens = r[5];
   }
   const double good = static_cast<double>(std::max<int64_t>(1, st.optimizer_steps - st.skipped_steps));
   st.loss = loss_total / good;
@@ -505,9 +532,9 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
   if (tokens_seen > 0) {
     st.clip_frac_low = clip_low / tokens_seen;
     st.clip_frac_high = clip_high / tokens_seen;
-    st.entropy = entropy / tokens_seen;
     st.kl = kl / tokens_seen;
   }
+  if (entropy_tokens > 0) st.entropy = entropy / entropy_tokens;
   return st;
 }
 

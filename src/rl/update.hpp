@@ -65,6 +65,12 @@ struct UpdateOptions {
   /// and temperature, so only the numerics of the KV-cached decode differ (fp32: ~1e-6). Off
   /// (train.old_logprobs: recompute) for bf16, where the two differ by more.
   bool old_logprobs_from_rollout = false;
+  /// ppo_update runs no forward or backward for a sample whose advantage is exactly 0 when there
+  /// is no KL term (loss.kl_beta == 0 or no reference log-probs): its loss and gradient are exactly
+  /// 0 (a GRPO group whose rewards are all equal is such a group). The step's weights, the
+  /// optimizer steps and the parameters are those of the unskipped update; UpdateStats::entropy
+  /// is then the mean over the samples that ran. false: every sample runs.
+  bool skip_zero_advantage = true;
   /// Data-parallel group (not owned), or null for one process. With a group, every rank passes
   /// its own samples (counts may differ, even 0); mini_batch_size and grad_accum are per rank,
   /// so one optimizer step takes up to world_size * mini_batch_size * grad_accum samples. The
@@ -82,6 +88,7 @@ struct UpdateStats {
   double kl = 0;              ///< mean k3 to the reference (0 without one)
   int64_t optimizer_steps = 0;
   int64_t skipped_steps = 0;  ///< optimizer steps skipped for a non-finite loss or gradient
+  int64_t samples_not_run = 0;  ///< sample passes left out by UpdateOptions::skip_zero_advantage (this rank)
   std::vector<std::string> events;  ///< one line per skipped step
 };
 
