@@ -1,6 +1,7 @@
 // Prompt sharing (issue 19): the shared-prefix forward gives the log-probs and the parameter
 // gradients of the unshared forward on the same rows (fp32), the update with sharing equals the
-// update without, the planner shares what it can, and prefill sharing leaves generation as it was.
+// update without, the planner shares what it can, and prefill sharing leaves generation as it was;
+// samples scored inside another row (ScoreSpans) and skipped zero-advantage samples change nothing.
 #include <doctest/doctest.h>
 #include <torch/torch.h>
 
@@ -168,7 +169,10 @@ TEST_CASE("prompt sharing: shared-prefix log-probs, entropies and gradients equa
 
 TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (old log-probs and weights)") {
   std::mt19937_64 rng(9);
-  // Two groups of 5 samples: turn-1 contexts repeated, turn-2 contexts that extend them.
+  // Two groups of 5 samples: turn-1 contexts repeated (samples 0 and 1 with the same completion,
+  // as a memorised policy writes), turn-2 contexts that extend them: sample 3 continues sample 0
+  // (and so the identical sample 1), sample 4 continues sample 2, so batches score turn-1
+  // samples inside turn-2 rows.
   std::vector<rl::TrainSample> samples;
   for (int g = 0; g < 2; ++g) {
     const auto task = random_ids(rng, 30 + 7 * static_cast<size_t>(g));
@@ -176,10 +180,12 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
       rl::TrainSample s;
       s.prompt_ids = task;
       if (i >= 3) {  // long enough that the batches run these rows apart from the short ones
+        const auto& earlier = samples[static_cast<size_t>(g * 5 + (i == 3 ? 0 : 2))].completion_ids;
+        s.prompt_ids.insert(s.prompt_ids.end(), earlier.begin(), earlier.end());
         auto more = random_ids(rng, 40 + static_cast<size_t>(i));
         s.prompt_ids.insert(s.prompt_ids.end(), more.begin(), more.end());
       }
-      s.completion_ids = random_ids(rng, 3 + static_cast<size_t>((g * 5 + i) % 6));
+      s.completion_ids = i == 1 ? samples.back().completion_ids : random_ids(rng, 3 + static_cast<size_t>((g * 5 + i) % 6));
       s.advantage = (i % 2 ? 1.0 : -0.7) * (1 + 0.1 * g);
       s.segment_id = g * 5 + i;
       samples.push_back(s);
@@ -213,6 +219,8 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
   };
   auto [d0, w0, s0] = run(false);
   auto [d1, w1, s1] = run(true);
+  CHECK(s0.samples_in_other_rows == 0);
+  CHECK(s1.samples_in_other_rows >= 2);  // some turn-1 samples were scored inside turn-2 rows
   double lp_diff = 0;
   for (size_t i = 0; i < d0.size(); ++i)
     for (size_t j = 0; j < d0[i].old_logp.size(); ++j) {
@@ -390,4 +398,54 @@ TEST_CASE("update: a first update with nothing to run still counts as an Adam st
   for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, max_abs(a[i] - b[i]));
   CAPTURE(diff);
   CHECK(diff < 1e-4);  // a missed step would change the second step by ~lr / 2 = 5e-3
+}
+
+TEST_CASE("score spans: samples scored inside another row equal their own rows, gradients add up (fp32)") {
+  std::mt19937_64 rng(31);
+  auto model = small_model(8);
+  // Row 0: a turn-2 sample (context = turn-1 context + turn-1 completion + feedback, then its
+  // completion). Scored in it: the turn-1 sample, twice (two identical samples), and itself.
+  const auto ctx1 = random_ids(rng, 12), comp1 = random_ids(rng, 5), fb = random_ids(rng, 7), comp2 = random_ids(rng, 6);
+  std::vector<int64_t> row = ctx1;
+  row.insert(row.end(), comp1.begin(), comp1.end());
+  row.insert(row.end(), fb.begin(), fb.end());
+  const int64_t p2 = static_cast<int64_t>(row.size());
+  row.insert(row.end(), comp2.begin(), comp2.end());
+  const int64_t S = static_cast<int64_t>(row.size());
+  auto tokens = torch::tensor(row, torch::kInt64).unsqueeze(0);
+  ScoreSpans spans{torch::tensor(std::vector<int64_t>{0, 0, 0}, torch::kInt64),
+                   torch::tensor(std::vector<int64_t>{12, 12, p2}, torch::kInt64), 6};
+  auto lp = completion_logprobs(model, tokens, {}, spans, 0.8);
+  REQUIRE(lp.logprobs.sizes() == torch::IntArrayRef({3, 6}));
+  // The loss: turn-1 tokens (5 of the 6 columns) of both copies, turn-2 tokens.
+  auto m = torch::ones({3, 6});
+  m[0][5] = 0;
+  m[1][5] = 0;
+  (lp.logprobs * m).sum().backward();
+  const auto g_spans = grads_of(model);
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  // Oracle: each sample in its own row, the plain completion_logprobs.
+  std::vector<int64_t> t1 = ctx1;
+  t1.insert(t1.end(), comp1.begin(), comp1.end());
+  auto a = completion_logprobs(model, torch::tensor(t1, torch::kInt64).unsqueeze(0), {}, 5, 0.8);
+  auto b = completion_logprobs(model, torch::tensor(row, torch::kInt64).unsqueeze(0), {}, 6, 0.8);
+  CHECK(max_abs(lp.logprobs[0].narrow(0, 0, 5) - a.logprobs[0]) < 1e-5);
+  CHECK(max_abs(lp.logprobs[1].narrow(0, 0, 5) - a.logprobs[0]) < 1e-5);
+  CHECK(max_abs(lp.logprobs[2] - b.logprobs[0]) < 1e-5);
+  CHECK(max_abs(lp.entropy[2] - b.entropy[0]) < 1e-5);
+  (2 * a.logprobs.sum() + b.logprobs.sum()).backward();
+  const auto g_rows = grads_of(model);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < g_rows.size(); ++i) {
+    diff = std::max(diff, max_abs(g_spans[i] - g_rows[i]));
+    scale = std::max(scale, max_abs(g_rows[i]));
+  }
+  CAPTURE(diff);
+  REQUIRE(scale > 1e-3);
+  CHECK(diff < 1e-5 * scale + 1e-7);
+  // A span must start inside the row, after its first token.
+  ScoreSpans bad{torch::tensor(std::vector<int64_t>{0}, torch::kInt64), torch::tensor(std::vector<int64_t>{0}, torch::kInt64), 2};
+  CHECK_THROWS(completion_logprobs(model, tokens, {}, bad));
+  bad.start = torch::tensor(std::vector<int64_t>{S}, torch::kInt64);
+  CHECK_THROWS(completion_logprobs(model, tokens, {}, bad));
 }

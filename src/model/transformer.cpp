@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <ATen/autocast_mode.h>
@@ -151,7 +152,7 @@ class AttentionImpl : public torch::nn::Module {
     }
   }
 
-  // cos/sin [B, 1, T, D] in x's dtype; mask [B, 1, T, S] bool or undefined (then causal if T>1).
+  // cos/sin [B, 1, T, D] in x's dtype; mask [B, 1, T, S] bool, additive (0 / -inf, fp32) or undefined (then causal if T>1).
   // `kv` carries the cache slots or a prefix's keys/values and where to put this call's keys.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, const LayerKV& kv) {
@@ -417,6 +418,11 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
     auto causal = (kj <= qi).view({1, 1, T, S});
     auto self = (kj == qi).view({1, 1, T, S});
     mask = causal.logical_and(key_mask.to(torch::kBool).view({B, 1, 1, S})).logical_or(self);
+    // SDPA turns a bool mask into an additive one (0 / -inf) on every call; a forward of T > 1
+    // positions in fp32 on the CPU does that once for all layers (same values, same result).
+    if (T > 1 && dev.is_cpu() && dt == torch::kFloat32 && !at::autocast::is_autocast_enabled(at::kCPU))
+      mask = torch::zeros({B, 1, T, S}, torch::TensorOptions().dtype(dt).device(dev))
+                 .masked_fill_(mask.logical_not(), -std::numeric_limits<float>::infinity());
   }
   auto h = embed_tokens(tokens);
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -627,11 +633,27 @@ namespace {
 // Log-probs and entropies of the last C tokens of `tokens` [B, T] from the hidden states [B, T, H]
 // of the same rows: the LM head + log_softmax over `chunk` positions at a time, each chunk
 // recomputed in backward.
+//
+// With `spans`, output row k scores the spans->len tokens of row spans->row[k] from column
+// spans->start[k] on instead (columns past the row's end are clamped to its last column; the
+// caller masks them out). The hidden states are gathered by index_select, whose backward adds,
+// so rows scored by several outputs get the sum of their gradients.
 TokenLogProbs head_logprobs(Transformer& model, const torch::Tensor& hidden, const torch::Tensor& tokens,
-                            int64_t C, double temperature, int64_t chunk) {
+                            int64_t C, double temperature, int64_t chunk, const ScoreSpans* spans = nullptr) {
   const int64_t S = tokens.size(1);
-  auto h = hidden.narrow(1, S - C - 1, C);
-  auto targets = tokens.narrow(1, S - C, C);
+  torch::Tensor h, targets;
+  if (spans == nullptr) {
+    h = hidden.narrow(1, S - C - 1, C);
+    targets = tokens.narrow(1, S - C, C);
+  } else {
+    C = spans->len;
+    const int64_t M = spans->row.size(0), B = tokens.size(0), H = hidden.size(2);
+    const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(tokens.device());
+    auto cols = (spans->start.to(opts).unsqueeze(1) + torch::arange(C, opts).unsqueeze(0)).clamp(1, S - 1);  // [M, C]
+    auto base = (spans->row.to(opts) * S).unsqueeze(1);
+    h = hidden.reshape({B * S, H}).index_select(0, (base + cols - 1).reshape({-1})).view({M, C, H});
+    targets = tokens.reshape({-1}).index_select(0, (base + cols).reshape({-1})).view({M, C});
+  }
   std::vector<torch::Tensor> params;
   auto w = model->lm_head ? model->lm_head->weight : model->embed_tokens->weight;
   if (w.requires_grad()) params.push_back(w);
@@ -660,17 +682,42 @@ TokenLogProbs head_logprobs(Transformer& model, const torch::Tensor& hidden, con
 
 }  // namespace
 
-TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
-                                  int64_t completion_len, double temperature, int64_t chunk) {
-  const int64_t S = tokens.size(1), C = completion_len;
-  TORCH_CHECK(C >= 1 && C < S, "completion_len must be in [1, seq_len)");
+namespace {
+
+void check_spans(const ScoreSpans& spans, const torch::Tensor& tokens) {
+  TORCH_CHECK(spans.row.dim() == 1 && spans.start.sizes() == spans.row.sizes(), "spans.row and spans.start must be [M]");
+  TORCH_CHECK(spans.len >= 1, "spans.len must be >= 1");
+  if (spans.row.numel() == 0) return;
+  const auto r = spans.row.cpu(), st = spans.start.cpu();
+  TORCH_CHECK(r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < tokens.size(0), "spans.row out of range");
+  TORCH_CHECK(st.min().item<int64_t>() >= 1 && st.max().item<int64_t>() < tokens.size(1),
+              "spans.start must be in [1, seq_len)");
+}
+
+TokenLogProbs forward_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                               int64_t C, double temperature, int64_t chunk, const ScoreSpans* spans) {
   torch::Tensor pos, mask;
   if (attention_mask.defined()) {
     pos = positions_from_mask(attention_mask);
     mask = attention_mask.to(torch::kBool);
   }
   auto hidden = model->forward(tokens, pos, mask);
-  return head_logprobs(model, hidden, tokens, C, temperature, chunk);
+  return head_logprobs(model, hidden, tokens, C, temperature, chunk, spans);
+}
+
+}  // namespace
+
+TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                  int64_t completion_len, double temperature, int64_t chunk) {
+  const int64_t S = tokens.size(1), C = completion_len;
+  TORCH_CHECK(C >= 1 && C < S, "completion_len must be in [1, seq_len)");
+  return forward_logprobs(model, tokens, attention_mask, C, temperature, chunk, nullptr);
+}
+
+TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
+                                  const ScoreSpans& spans, double temperature, int64_t chunk) {
+  check_spans(spans, tokens);
+  return forward_logprobs(model, tokens, attention_mask, spans.len, temperature, chunk, &spans);
 }
 
 PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask) {
@@ -681,12 +728,12 @@ PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_toke
   return kv;
 }
 
-TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
-                                const torch::Tensor& prefix_row, const torch::Tensor& tokens,
-                                const torch::Tensor& attention_mask, int64_t completion_len, double temperature,
-                                int64_t chunk) {
-  const int64_t T = tokens.size(1), C = completion_len;
-  TORCH_CHECK(C >= 1 && C < T, "completion_len must be in [1, tail_len)");
+namespace {
+
+TokenLogProbs continue_forward(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
+                               const torch::Tensor& prefix_row, const torch::Tensor& tokens,
+                               const torch::Tensor& attention_mask, int64_t C, double temperature, int64_t chunk,
+                               const ScoreSpans* spans) {
   TORCH_CHECK(prefix_row.dim() == 1 && prefix_row.size(0) == tokens.size(0), "prefix_row must be [B]");
   TORCH_CHECK(attention_mask.sizes() == tokens.sizes(), "attention_mask must be [B, T]");
   const PrefixKV rows = prefix.select_rows(prefix_row);
@@ -696,7 +743,28 @@ TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, cons
   auto pos = (tm.cumsum(-1) - 1 + plen.unsqueeze(1)).masked_fill(tm == 0, 1);
   auto key_mask = torch::cat({prefix_mask.to(torch::kBool).index_select(0, prefix_row), attention_mask.to(torch::kBool)}, 1);
   auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows);
-  return head_logprobs(model, hidden, tokens, C, temperature, chunk);
+  return head_logprobs(model, hidden, tokens, C, temperature, chunk, spans);
+}
+
+}  // namespace
+
+TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
+                                const torch::Tensor& prefix_row, const torch::Tensor& tokens,
+                                const torch::Tensor& attention_mask, int64_t completion_len, double temperature,
+                                int64_t chunk) {
+  const int64_t T = tokens.size(1), C = completion_len;
+  TORCH_CHECK(C >= 1 && C < T, "completion_len must be in [1, tail_len)");
+  return continue_forward(model, prefix, prefix_mask, prefix_row, tokens, attention_mask, C, temperature, chunk,
+                          nullptr);
+}
+
+TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
+                                const torch::Tensor& prefix_row, const torch::Tensor& tokens,
+                                const torch::Tensor& attention_mask, const ScoreSpans& spans, double temperature,
+                                int64_t chunk) {
+  check_spans(spans, tokens);
+  return continue_forward(model, prefix, prefix_mask, prefix_row, tokens, attention_mask, spans.len, temperature,
+                          chunk, &spans);
 }
 
 TokenLogProbs completion_logprobs_shared(Transformer& model, const torch::Tensor& prefix_tokens,

@@ -175,6 +175,23 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
                                   const torch::Tensor& attention_mask, int64_t completion_len,
                                   double temperature = 1.0, int64_t chunk = 64);
 
+/// Which positions of a forward's rows are scored (issue 19, several samples in one row): output
+/// row k scores the `len` tokens of row row[k] from column start[k] on, each predicted by the
+/// column before it. A turn whose context plus completion starts another row's tokens (an
+/// earlier turn of the same rollout, or an identical sample) is scored inside that row.
+struct ScoreSpans {
+  torch::Tensor row;    ///< [M] int64, rows of `tokens`
+  torch::Tensor start;  ///< [M] int64, column of the first scored token, in [1, S)
+  int64_t len = 1;      ///< C, columns per output row; columns past S - 1 read column S - 1 (mask them out)
+};
+
+/// completion_logprobs scoring `spans` instead of the last C columns: returns [M, spans.len]
+/// log-probs and entropies. Gradients of positions scored by several outputs add up. Throws
+/// c10::Error when a span's row or start is out of range.
+TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens,
+                                  const torch::Tensor& attention_mask, const ScoreSpans& spans,
+                                  double temperature = 1.0, int64_t chunk = 64);
+
 /// The keys and values of U shared prefixes (issue 19): `prefix_tokens` [U, Lp] int64, left
 /// padded, `prefix_mask` [U, Lp] marking real tokens. Per layer [U, Hkv, Lp, D], with autograd
 /// when grad mode is on, for continue_logprobs.
@@ -190,6 +207,13 @@ PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_toke
 TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
                                 const torch::Tensor& prefix_row, const torch::Tensor& tokens,
                                 const torch::Tensor& attention_mask, int64_t completion_len,
+                                double temperature = 1.0, int64_t chunk = 64);
+
+/// continue_logprobs scoring `spans` (columns of `tokens`, the rows' tails) instead of the last
+/// C columns: [M, spans.len]. Throws c10::Error when a span is out of range.
+TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
+                                const torch::Tensor& prefix_row, const torch::Tensor& tokens,
+                                const torch::Tensor& attention_mask, const ScoreSpans& spans,
                                 double temperature = 1.0, int64_t chunk = 64);
 
 /// prefix_keys_values then continue_logprobs: each of the U prefixes runs once for its B rows.

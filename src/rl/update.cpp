@@ -19,12 +19,16 @@ namespace {
 
 /// Rows of a batch that run in one forward: [pad.. prompt | completion ..pad]; with prompt
 /// sharing the prompt part is what follows the row's share-unit prefix (at least one token).
+/// A row may score several samples (its own completion and those of samples whose context plus
+/// completion starts its tokens: an earlier turn of the rollout, or an identical sample).
 struct Part {
   torch::Tensor tokens;          ///< [n, P + C_part] int64
   torch::Tensor attention_mask;  ///< [n, P + C_part] int64
   int64_t completion_len = 0;    ///< C_part
-  std::vector<int64_t> rows;     ///< the part's rows in the batch (positions in idx)
+  std::vector<int64_t> rows;     ///< the samples it scores, in output order (positions in idx)
   torch::Tensor prefix_row;      ///< [n] int64: each row's share unit (shared batches only)
+  bool spans = false;            ///< rows score other samples too: span_row / span_start are set
+  model::ScoreSpans score;       ///< output k scores row score.row[k] from column score.start[k]
 };
 
 /// A mini-batch: one or two parts (rows of very different lengths run apart, so short rows are
@@ -67,24 +71,28 @@ std::vector<std::vector<int64_t>> split_rows(const std::vector<int64_t>& plen, c
           std::vector<int64_t>(order.begin() + static_cast<long>(cut), order.end())};
 }
 
-/// The part of samples[idx[rows]], each prompt from skip[row] on (skip empty: whole prompts).
+/// The part whose rows are the samples samples[idx[rows]], each prompt from skip[row] on (skip
+/// empty: whole prompts). `carried[r]` (empty: none) lists the other samples row r scores.
 Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, std::vector<int64_t> rows,
-               const std::vector<size_t>& skip, int64_t pad_id, torch::Device device) {
+               const std::vector<size_t>& skip, const std::vector<std::vector<int64_t>>& carried, int64_t pad_id,
+               torch::Device device) {
   const auto from = [&](int64_t r) { return skip.empty() ? int64_t{0} : static_cast<int64_t>(skip[static_cast<size_t>(r)]); };
+  const auto at = [&](int64_t r) -> const TrainSample& { return samples[idx[static_cast<size_t>(r)]]; };
   int64_t P = 0, C = 1;
   for (int64_t r : rows) {
-    const auto& s = samples[idx[static_cast<size_t>(r)]];
-    P = std::max<int64_t>(P, static_cast<int64_t>(s.prompt_ids.size()) - from(r));
-    C = std::max<int64_t>(C, static_cast<int64_t>(s.completion_ids.size()));
+    P = std::max<int64_t>(P, static_cast<int64_t>(at(r).prompt_ids.size()) - from(r));
+    C = std::max<int64_t>(C, static_cast<int64_t>(at(r).completion_ids.size()));
   }
   const int64_t n = static_cast<int64_t>(rows.size());
   auto tokens = torch::full({n, P + C}, pad_id, torch::kInt64);
   auto mask = torch::zeros({n, P + C}, torch::kInt64);
   auto tk = tokens.accessor<int64_t, 2>();
   auto mk = mask.accessor<int64_t, 2>();
+  std::vector<int64_t> out_rows, span_row, span_start;
+  int64_t span_len = 1;
   for (int64_t b = 0; b < n; ++b) {
     const int64_t r = rows[static_cast<size_t>(b)];
-    const auto& s = samples[idx[static_cast<size_t>(r)]];
+    const auto& s = at(r);
     const int64_t skip_b = from(r);
     const int64_t p = static_cast<int64_t>(s.prompt_ids.size()) - skip_b;
     for (int64_t j = 0; j < p; ++j) {
@@ -95,30 +103,106 @@ Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t
       tk[b][P + j] = s.completion_ids[static_cast<size_t>(j)];
       mk[b][P + j] = 1;
     }
+    out_rows.push_back(r);
+    span_row.push_back(b);
+    span_start.push_back(P);
+    span_len = std::max<int64_t>(span_len, static_cast<int64_t>(s.completion_ids.size()));
+    if (carried.empty()) continue;
+    for (int64_t c : carried[static_cast<size_t>(r)]) {
+      // c's context + completion are this row's first tokens: its completion starts at column
+      // P - p + (|c's prompt| - skip_b).
+      out_rows.push_back(c);
+      span_row.push_back(b);
+      span_start.push_back(P - p + static_cast<int64_t>(at(c).prompt_ids.size()) - skip_b);
+      span_len = std::max<int64_t>(span_len, static_cast<int64_t>(at(c).completion_ids.size()));
+    }
   }
   Part part;
   part.tokens = tokens.to(device);
   part.attention_mask = mask.to(device);
   part.completion_len = C;
-  part.rows = std::move(rows);
+  part.spans = out_rows.size() != rows.size();
+  if (part.spans)
+    part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
+                  span_len};
+  part.rows = std::move(out_rows);
   return part;
 }
 
+/// Whether sample a's context + completion are the first tokens of sample b's.
+bool starts_with(const TrainSample& b, const TrainSample& a) {
+  const size_t pa = a.prompt_ids.size(), na = pa + a.completion_ids.size();
+  const size_t pb = b.prompt_ids.size(), nb = pb + b.completion_ids.size();
+  if (na > nb) return false;
+  const auto tok = [](const TrainSample& s, size_t p, size_t k) { return k < p ? s.prompt_ids[k] : s.completion_ids[k - p]; };
+  for (size_t k = 0; k < na; ++k)
+    if (tok(a, pa, k) != tok(b, pb, k)) return false;
+  return true;
+}
+
+/// Groups positions 0..n-1 of `at` so that every member's context + completion start its
+/// group's first (longest) member's tokens: longest first, each joins the first group whose
+/// head starts with it. Returns the groups, heads first.
+template <typename At>
+std::vector<std::vector<size_t>> nest_samples(size_t n, const At& at) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  const auto len = [&](size_t i) { return at(i).prompt_ids.size() + at(i).completion_ids.size(); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return len(a) > len(b); });
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i : order) {
+    bool placed = false;
+    for (auto& g : groups)
+      if (!at(i).prompt_ids.empty() && starts_with(at(g.front()), at(i))) {
+        g.push_back(i);
+        placed = true;
+        break;
+      }
+    if (!placed) groups.push_back({i});
+  }
+  return groups;
+}
+
 /// The batch of samples[idx]. With `share`, the prefixes that plan_prompt_sharing finds run once
-/// (when some unit has two members or more; otherwise no prefix).
+/// (when some unit has two members or more; otherwise no prefix), and a sample whose context +
+/// completion start another sample's tokens is scored in that sample's row instead of its own.
 Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, int64_t pad_id,
                  torch::Device device, bool share = false) {
   Batch b;
   const int64_t B = static_cast<int64_t>(idx.size());
-  std::vector<ShareUnit> plan;
+  const auto at = [&](size_t r) -> const TrainSample& { return samples[idx[r]]; };
+  // The rows that run (hosts) and what each scores besides itself.
+  std::vector<int64_t> hosts;
+  std::vector<std::vector<int64_t>> carried;
   if (share && B >= 2) {
+    carried.assign(idx.size(), {});
+    for (const auto& g : nest_samples(idx.size(), at)) {
+      hosts.push_back(static_cast<int64_t>(g.front()));
+      for (size_t k = 1; k < g.size(); ++k) carried[g.front()].push_back(static_cast<int64_t>(g[k]));
+    }
+    std::sort(hosts.begin(), hosts.end());
+  } else {
+    for (int64_t r = 0; r < B; ++r) hosts.push_back(r);
+  }
+  // Plan over each host's shortest context: the shared prefix must end before the first
+  // completion the row scores.
+  std::vector<ShareUnit> plan;
+  if (share && hosts.size() >= 2) {
     std::vector<const std::vector<int64_t>*> prompts;
-    for (size_t i : idx) prompts.push_back(&samples[i].prompt_ids);
+    for (int64_t h : hosts) {
+      const std::vector<int64_t>* p = &at(static_cast<size_t>(h)).prompt_ids;
+      if (!carried.empty())
+        for (int64_t c : carried[static_cast<size_t>(h)])
+          if (at(static_cast<size_t>(c)).prompt_ids.size() < p->size()) p = &at(static_cast<size_t>(c)).prompt_ids;
+      prompts.push_back(p);
+    }
     plan = plan_prompt_sharing(prompts);
-    if (plan.size() == idx.size()) plan.clear();  // nothing shared
+    if (plan.size() == hosts.size()) plan.clear();  // nothing shared
+    for (auto& u : plan)  // members: host numbers -> positions in idx
+      for (auto& m : u.members) m = static_cast<size_t>(hosts[m]);
   }
   std::vector<size_t> skip;
-  std::vector<int64_t> row_unit(idx.size(), 0), plen(idx.size()), clen(idx.size());
+  std::vector<int64_t> row_unit(idx.size(), 0);
   if (!plan.empty()) {
     skip.assign(idx.size(), 0);
     for (size_t u = 0; u < plan.size(); ++u)
@@ -128,19 +212,23 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
       }
   }
   b.completion_len = 1;
-  for (size_t r = 0; r < idx.size(); ++r) {
-    const auto& s = samples[idx[r]];
-    plen[r] = static_cast<int64_t>(s.prompt_ids.size() - (skip.empty() ? 0 : skip[r]));
-    clen[r] = static_cast<int64_t>(s.completion_ids.size());
-    b.completion_len = std::max(b.completion_len, clen[r]);
-  }
+  for (size_t r = 0; r < idx.size(); ++r) b.completion_len = std::max<int64_t>(b.completion_len, at(r).completion_ids.size());
   auto cmask = torch::zeros({B, b.completion_len}, torch::kFloat32);
-  for (int64_t r = 0; r < B; ++r) cmask[r].narrow(0, 0, clen[static_cast<size_t>(r)]).fill_(1.0f);
+  for (int64_t r = 0; r < B; ++r) cmask[r].narrow(0, 0, static_cast<int64_t>(at(static_cast<size_t>(r)).completion_ids.size())).fill_(1.0f);
   b.completion_mask = cmask.to(device);
-  for (auto& rows : split_rows(plen, clen)) {
-    std::vector<int64_t> units;
-    for (int64_t r : rows) units.push_back(row_unit[static_cast<size_t>(r)]);
-    b.parts.push_back(make_part(samples, idx, std::move(rows), skip, pad_id, device));
+  std::vector<int64_t> plen, clen;
+  for (int64_t h : hosts) {
+    const auto& s = at(static_cast<size_t>(h));
+    plen.push_back(static_cast<int64_t>(s.prompt_ids.size() - (skip.empty() ? 0 : skip[static_cast<size_t>(h)])));
+    clen.push_back(static_cast<int64_t>(s.completion_ids.size()));
+  }
+  for (auto& hrows : split_rows(plen, clen)) {
+    std::vector<int64_t> rows, units;
+    for (int64_t k : hrows) {
+      rows.push_back(hosts[static_cast<size_t>(k)]);
+      units.push_back(row_unit[static_cast<size_t>(rows.back())]);
+    }
+    b.parts.push_back(make_part(samples, idx, std::move(rows), skip, carried, pad_id, device));
     if (!plan.empty()) b.parts.back().prefix_row = torch::tensor(units, torch::kInt64).to(device);
   }
   if (plan.empty()) return b;
@@ -153,7 +241,7 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   auto pmk = pm.accessor<int64_t, 2>();
   for (int64_t u = 0; u < U; ++u) {
     const auto& unit = plan[static_cast<size_t>(u)];
-    const auto& prompt = samples[idx[unit.members.front()]].prompt_ids;
+    const auto& prompt = at(unit.members.front()).prompt_ids;  // the prefix is the first tokens of each member's row
     const int64_t n = static_cast<int64_t>(unit.prefix_len);
     for (int64_t j = 0; j < n; ++j) {
       ptk[u][Lp - n + j] = prompt[static_cast<size_t>(j)];
@@ -205,11 +293,17 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
   std::vector<torch::Tensor> lps, ents;
   std::vector<int64_t> rows;
   for (const auto& part : b.parts) {
-    auto lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens,
-                                                  part.attention_mask, part.completion_len, temperature)
-                       : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len,
-                                                    temperature);
-    const int64_t pad = b.completion_len - part.completion_len;
+    model::TokenLogProbs lp;
+    if (part.spans)
+      lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens, part.attention_mask,
+                                               part.score, temperature)
+                    : model::completion_logprobs(m, part.tokens, part.attention_mask, part.score, temperature);
+    else
+      lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens,
+                                               part.attention_mask, part.completion_len, temperature)
+                    : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len,
+                                                 temperature);
+    const int64_t pad = b.completion_len - lp.logprobs.size(1);  // spans are at most C wide
     lps.push_back(pad ? torch::constant_pad_nd(lp.logprobs, {0, pad}) : lp.logprobs);
     ents.push_back(pad ? torch::constant_pad_nd(lp.entropy, {0, pad}) : lp.entropy);
     rows.insert(rows.end(), part.rows.begin(), part.rows.end());
@@ -224,11 +318,21 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
 void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, std::vector<size_t> order,
                    const UpdateOptions& o, const std::function<void(TrainSample&, const float*, int64_t)>& sink) {
   torch::NoGradGuard ng;
-  // The order of a no-grad pass does not matter: sorted by context, so samples that share a
-  // prefix fall into the same batch.
+  // The order of a no-grad pass does not matter: sorted by context + completion, so samples
+  // that share a prefix fall into the same batch, each earlier turn next to the turns that
+  // continue it.
   if (o.share_prompts)
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return samples[a].prompt_ids < samples[b].prompt_ids; });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const auto& x = samples[a];
+      const auto& y = samples[b];
+      const size_t nx = x.prompt_ids.size() + x.completion_ids.size(), ny = y.prompt_ids.size() + y.completion_ids.size();
+      for (size_t k = 0; k < std::min(nx, ny); ++k) {
+        const int64_t tx = k < x.prompt_ids.size() ? x.prompt_ids[k] : x.completion_ids[k - x.prompt_ids.size()];
+        const int64_t ty = k < y.prompt_ids.size() ? y.prompt_ids[k] : y.completion_ids[k - y.prompt_ids.size()];
+        if (tx != ty) return tx < ty;
+      }
+      return nx < ny;
+    });
   for (const auto& idx : chunks(order, static_cast<size_t>(o.mini_batch_size))) {
     const Batch b = make_batch(samples, idx, o.pad_id, m->device(), o.share_prompts);
     auto lp = batch_logprobs(m, b, o).logprobs.to(torch::kCPU).to(torch::kFloat32).contiguous();
@@ -447,16 +551,24 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
   // the contexts alone, so train.share_prompts changes only how the batches are computed.
   std::vector<const std::vector<int64_t>*> contexts;
   for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
-  std::vector<std::vector<size_t>> units;
-  for (auto& u : plan_prompt_sharing(contexts)) units.push_back(std::move(u.members));
+  // Inside a unit, a sample stays next to the samples that continue it (its rollout's later
+  // turns, identical samples: nest_samples), so a batch can score them in one row.
+  std::vector<std::vector<std::vector<size_t>>> units;
+  auto add_unit = [&](const std::vector<size_t>& members) {
+    auto nests = nest_samples(members.size(), [&](size_t k) -> const TrainSample& { return samples[members[k]]; });
+    for (auto& g : nests)
+      for (auto& k : g) k = members[k];
+    units.push_back(std::move(nests));
+  };
+  for (auto& u : plan_prompt_sharing(contexts)) add_unit(u.members);
   if (units.empty())  // a context of < 2 tokens: every sample on its own
-    for (size_t i = 0; i < samples.size(); ++i) units.push_back({i});
+    for (size_t i = 0; i < samples.size(); ++i) units.push_back({{i}});
   for (int64_t epoch = 0; epoch < std::max<int64_t>(1, o.ppo_epochs); ++epoch) {
     std::shuffle(units.begin(), units.end(), rng);
     order.clear();
     for (auto& u : units) {
       std::shuffle(u.begin(), u.end(), rng);
-      order.insert(order.end(), u.begin(), u.end());
+      for (const auto& g : u) order.insert(order.end(), g.begin(), g.end());
     }
     auto steps = chunks(order, step_size);
     steps.resize(n_steps);  // a rank out of samples runs empty steps (zero gradient)
@@ -499,6 +611,7 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
           wt[r] = w[pos[static_cast<size_t>(r)]];
         }
         const auto dev = policy->device();
+        for (const auto& part : b.parts) st.samples_in_other_rows += static_cast<int64_t>(part.rows.size()) - part.tokens.size(0);
         auto lp = batch_logprobs(policy, b, o);
         LossTerms terms = policy_loss(lp.logprobs, old_lp.to(dev), with_ref ? ref_lp.to(dev) : torch::Tensor(),
                                       adv.to(dev), b.completion_mask, wt.to(dev), o.loss);

@@ -57,8 +57,10 @@ struct UpdateOptions {
   /// Prompt sharing (issue 19): the samples of a mini-batch whose contexts start with the same
   /// tokens run that prefix once and their rests against its keys and values (plan_prompt_sharing),
   /// in every pass (old and reference log-probs, the training forward and backward); the
-  /// log-probs and gradients equal the unshared ones up to float rounding. false: every sample
-  /// runs its whole context.
+  /// log-probs and gradients equal the unshared ones up to float rounding. A sample whose context
+  /// plus completion are the first tokens of another sample of the mini-batch (an earlier turn of
+  /// the same rollout when the next context was not compacted, or an identical sample) is scored
+  /// inside that sample's row (model::ScoreSpans). false: every sample runs its whole context.
   bool share_prompts = true;
   /// compute_old_logprobs takes a sample's old log-probs from its rollout_logp (when it has one
   /// per completion token) instead of a forward: the sampler computed them with the same weights
@@ -88,6 +90,7 @@ struct UpdateStats {
   double kl = 0;              ///< mean k3 to the reference (0 without one)
   int64_t optimizer_steps = 0;
   int64_t skipped_steps = 0;  ///< optimizer steps skipped for a non-finite loss or gradient
+  int64_t samples_in_other_rows = 0;  ///< sample passes scored inside another sample's row (prompt sharing; this rank)
   int64_t samples_not_run = 0;  ///< sample passes left out by UpdateOptions::skip_zero_advantage (this rank)
   std::vector<std::string> events;  ///< one line per skipped step
 };
@@ -131,8 +134,10 @@ void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSamp
 
 /// Runs `ppo_epochs` epochs over `samples` (old log-probs must be filled; with segment_mean the
 /// fixed weights too, set_step_segment_weights). Each epoch shuffles the share units of the
-/// samples' contexts (plan_prompt_sharing over all samples: in practice one per task group) and
-/// the samples inside each, and cuts that order into optimizer steps, so a group's samples train
+/// samples' contexts (plan_prompt_sharing over all samples: in practice one per task group) and,
+/// inside each, the nests of samples whose tokens start one another's (a turn next to the turns
+/// that continue it; identical samples together), and cuts that order into optimizer steps, so
+/// a group's samples train
 /// together (as verl's mini-batches hold whole groups); each optimizer step takes
 /// mini_batch_size * grad_accum samples, weighs them with step_weights, accumulates the gradients of its mini-batches, clips the global norm and steps
 /// `optimizer`. A non-finite loss or gradient zeroes the gradients, skips the step and is
