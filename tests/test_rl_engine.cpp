@@ -217,6 +217,25 @@ TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, ro
   CHECK(correct == 3);
 }
 
+TEST_CASE("rl engine: with one turn no group is activated, whatever its failure ratio") {
+  Fixture f;
+  ScriptedPolicy policy;
+  script(policy);  // "relu" fails half its rollouts: activated with a second turn to give
+  rl::EngineOptions o;
+  o.max_turns = 1;
+  o.compaction = false;
+  rl::RolloutEngine engine(policy, *f.grader, o);
+  rl::EngineStats st;
+  const auto groups = engine.run(f.tasks, 4, 7, &st);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].dcp.fail_ratio == doctest::Approx(0.5));
+  CHECK_FALSE(groups[0].dcp.expand);
+  CHECK_FALSE(groups[1].dcp.expand);
+  CHECK(st.env_calls_saved == 0);
+  for (const auto& g : groups)
+    for (const auto& ro : g.rollouts) CHECK(ro.turns.size() == 1);
+}
+
 TEST_CASE("rl engine: DCP off expands every failure; compaction replaces earlier turns by a digest") {
   Fixture f;
   ScriptedPolicy policy;

@@ -70,6 +70,7 @@ void apply_dcp(std::vector<GroupResult>& groups, std::vector<Live>& live, int gr
         ++failed;  // (an infrastructure error is not the answer's failure)
     g.failed_turn1 = failed;
     g.dcp = dcp_decide(failed, group_size, options);
+    if (T <= 1) g.dcp.expand = false;  // no debugging turn to give: nothing is activated
     if (!g.dcp.expand && T > 1) {
       g.env_calls_saved = failed * (T - 1);
       st.env_calls_saved += g.env_calls_saved;
