@@ -568,7 +568,21 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
     order.clear();
     for (auto& u : units) {
       std::shuffle(u.begin(), u.end(), rng);
-      for (const auto& g : u) order.insert(order.end(), g.begin(), g.end());
+      // Nests in that order, except that a nest which would straddle a mini-batch boundary waits
+      // for the first later one that fits the space left (a split nest runs as two rows).
+      std::vector<const std::vector<size_t>*> pending;
+      for (const auto& g : u) pending.push_back(&g);
+      while (!pending.empty()) {
+        const size_t space = mb - order.size() % mb;
+        size_t pick = 0;
+        for (size_t k = 0; k < pending.size(); ++k)
+          if (pending[k]->size() <= space) {
+            pick = k;
+            break;
+          }
+        order.insert(order.end(), pending[pick]->begin(), pending[pick]->end());
+        pending.erase(pending.begin() + static_cast<long>(pick));
+      }
     }
     auto steps = chunks(order, step_size);
     steps.resize(n_steps);  // a rank out of samples runs empty steps (zero gradient)

@@ -136,7 +136,8 @@ void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSamp
 /// fixed weights too, set_step_segment_weights). Each epoch shuffles the share units of the
 /// samples' contexts (plan_prompt_sharing over all samples: in practice one per task group) and,
 /// inside each, the nests of samples whose tokens start one another's (a turn next to the turns
-/// that continue it; identical samples together), and cuts that order into optimizer steps, so
+/// that continue it; identical samples together; a nest that would straddle a mini-batch
+/// boundary waits for the first later one that fits), and cuts that order into optimizer steps, so
 /// a group's samples train
 /// together (as verl's mini-batches hold whole groups); each optimizer step takes
 /// mini_batch_size * grad_accum samples, weighs them with step_weights, accumulates the gradients of its mini-batches, clips the global norm and steps
