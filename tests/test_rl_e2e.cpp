@@ -230,12 +230,13 @@ std::pair<int, int> check_rows(store::Store& db, const config::Experiment& exp, 
     CAPTURE(g.step);
     CAPTURE(g.index);
     REQUIRE(g.rollouts.size() == static_cast<size_t>(G));
-    // DCP from the turn-1 verdicts: f = failed / G, expanded iff min <= f <= max.
+    // DCP from the turn-1 verdicts: f = failed / G, expanded iff min <= f <= max, and only when
+    // there is a later turn to give (turns.max > 1).
     int failed = 0, recovered = 0;
     for (const auto& r : g.rollouts) failed += r.turns.at(0).verdict != "correct" ? 1 : 0;
     const double f = static_cast<double>(failed) / G;
-    const bool expand = exp.dcp.enabled ? f >= exp.dcp.min_fail_ratio - 1e-12 && f <= exp.dcp.max_fail_ratio + 1e-12
-                                        : failed > 0;
+    const bool expand = T > 1 && (exp.dcp.enabled ? f >= exp.dcp.min_fail_ratio - 1e-12 && f <= exp.dcp.max_fail_ratio + 1e-12
+                                                  : failed > 0);
     CHECK(g.activated == expand);
     CHECK(g.fail_ratio == doctest::Approx(f));
     if (!expand && T > 1) env_calls_saved[g.step] += failed * (T - 1);
