@@ -108,18 +108,23 @@ void script(ScriptedPolicy& p) {
   p.correct[{"relu", 2, 0}] = true;  // rollout 2 is the first active one at turn 2
 }
 
+/// The scripted groups (script()) of 4 rollouts, up to `max_turns` turns, no compaction.
+std::vector<rl::GroupResult> run_scripted(Fixture& f, int max_turns, rl::EngineStats* st) {
+  ScriptedPolicy policy;
+  script(policy);
+  rl::EngineOptions o;
+  o.max_turns = max_turns;
+  o.compaction = false;
+  rl::RolloutEngine engine(policy, *f.grader, o);
+  return engine.run(f.tasks, 4, 7, st);
+}
+
 }  // namespace
 
 TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, rows match") {
   Fixture f;
-  ScriptedPolicy policy;
-  script(policy);
-  rl::EngineOptions o;
-  o.max_turns = 3;
-  o.compaction = false;
-  rl::RolloutEngine engine(policy, *f.grader, o);
   rl::EngineStats st;
-  const auto groups = engine.run(f.tasks, 4, 7, &st);
+  const auto groups = run_scripted(f, 3, &st);
   REQUIRE(groups.size() == 2);
   const auto& a = groups[0];
   const auto& b = groups[1];
@@ -219,14 +224,8 @@ TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, ro
 
 TEST_CASE("rl engine: with one turn no group is activated, whatever its failure ratio") {
   Fixture f;
-  ScriptedPolicy policy;
-  script(policy);  // "relu" fails half its rollouts: activated with a second turn to give
-  rl::EngineOptions o;
-  o.max_turns = 1;
-  o.compaction = false;
-  rl::RolloutEngine engine(policy, *f.grader, o);
   rl::EngineStats st;
-  const auto groups = engine.run(f.tasks, 4, 7, &st);
+  const auto groups = run_scripted(f, 1, &st);  // "relu" fails half its rollouts: activated with more turns
   REQUIRE(groups.size() == 2);
   CHECK(groups[0].dcp.fail_ratio == doctest::Approx(0.5));
   CHECK_FALSE(groups[0].dcp.expand);

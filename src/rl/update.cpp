@@ -27,8 +27,8 @@ struct Part {
   int64_t completion_len = 0;    ///< C_part
   std::vector<int64_t> rows;     ///< the samples it scores, in output order (positions in idx)
   torch::Tensor prefix_row;      ///< [n] int64: each row's share unit (shared batches only)
-  bool spans = false;            ///< rows score other samples too: span_row / span_start are set
-  model::ScoreSpans score;       ///< output k scores row score.row[k] from column score.start[k]
+  model::ScoreSpans score;       ///< set (score.row defined) when rows score other samples too:
+                                 ///< output k scores row score.row[k] from column score.start[k]
 };
 
 /// A mini-batch: one or two parts (rows of very different lengths run apart, so short rows are
@@ -121,23 +121,33 @@ Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t
   part.tokens = tokens.to(device);
   part.attention_mask = mask.to(device);
   part.completion_len = C;
-  part.spans = out_rows.size() != rows.size();
-  if (part.spans)
+  if (out_rows.size() != rows.size())
     part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
                   span_len};
   part.rows = std::move(out_rows);
   return part;
 }
 
+/// Tokens of a sample's context + completion, and the k-th of them.
+size_t seq_len(const TrainSample& s) { return s.prompt_ids.size() + s.completion_ids.size(); }
+int64_t seq_token(const TrainSample& s, size_t k) {
+  return k < s.prompt_ids.size() ? s.prompt_ids[k] : s.completion_ids[k - s.prompt_ids.size()];
+}
+
 /// Whether sample a's context + completion are the first tokens of sample b's.
 bool starts_with(const TrainSample& b, const TrainSample& a) {
-  const size_t pa = a.prompt_ids.size(), na = pa + a.completion_ids.size();
-  const size_t pb = b.prompt_ids.size(), nb = pb + b.completion_ids.size();
-  if (na > nb) return false;
-  const auto tok = [](const TrainSample& s, size_t p, size_t k) { return k < p ? s.prompt_ids[k] : s.completion_ids[k - p]; };
-  for (size_t k = 0; k < na; ++k)
-    if (tok(a, pa, k) != tok(b, pb, k)) return false;
+  if (seq_len(a) > seq_len(b)) return false;
+  for (size_t k = 0; k < seq_len(a); ++k)
+    if (seq_token(a, k) != seq_token(b, k)) return false;
   return true;
+}
+
+/// Lexicographic order of context + completion (a sequence before the ones it starts).
+bool seq_less(const TrainSample& x, const TrainSample& y) {
+  const size_t n = std::min(seq_len(x), seq_len(y));
+  for (size_t k = 0; k < n; ++k)
+    if (seq_token(x, k) != seq_token(y, k)) return seq_token(x, k) < seq_token(y, k);
+  return seq_len(x) < seq_len(y);
 }
 
 /// Groups positions 0..n-1 of `at` so that every member's context + completion start its
@@ -147,8 +157,7 @@ template <typename At>
 std::vector<std::vector<size_t>> nest_samples(size_t n, const At& at) {
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  const auto len = [&](size_t i) { return at(i).prompt_ids.size() + at(i).completion_ids.size(); };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return len(a) > len(b); });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return seq_len(at(a)) > seq_len(at(b)); });
   std::vector<std::vector<size_t>> groups;
   for (size_t i : order) {
     bool placed = false;
@@ -294,7 +303,7 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
   std::vector<int64_t> rows;
   for (const auto& part : b.parts) {
     model::TokenLogProbs lp;
-    if (part.spans)
+    if (part.score.row.defined())
       lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens, part.attention_mask,
                                                part.score, temperature)
                     : model::completion_logprobs(m, part.tokens, part.attention_mask, part.score, temperature);
@@ -322,17 +331,7 @@ void fill_logprobs(model::Transformer& m, std::vector<TrainSample>& samples, std
   // that share a prefix fall into the same batch, each earlier turn next to the turns that
   // continue it.
   if (o.share_prompts)
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      const auto& x = samples[a];
-      const auto& y = samples[b];
-      const size_t nx = x.prompt_ids.size() + x.completion_ids.size(), ny = y.prompt_ids.size() + y.completion_ids.size();
-      for (size_t k = 0; k < std::min(nx, ny); ++k) {
-        const int64_t tx = k < x.prompt_ids.size() ? x.prompt_ids[k] : x.completion_ids[k - x.prompt_ids.size()];
-        const int64_t ty = k < y.prompt_ids.size() ? y.prompt_ids[k] : y.completion_ids[k - y.prompt_ids.size()];
-        if (tx != ty) return tx < ty;
-      }
-      return nx < ny;
-    });
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return seq_less(samples[a], samples[b]); });
   for (const auto& idx : chunks(order, static_cast<size_t>(o.mini_batch_size))) {
     const Batch b = make_batch(samples, idx, o.pad_id, m->device(), o.share_prompts);
     auto lp = batch_logprobs(m, b, o).logprobs.to(torch::kCPU).to(torch::kFloat32).contiguous();
