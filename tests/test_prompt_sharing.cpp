@@ -449,3 +449,142 @@ TEST_CASE("score spans: samples scored inside another row equal their own rows, 
   bad.start = torch::tensor(std::vector<int64_t>{S}, torch::kInt64);
   CHECK_THROWS(completion_logprobs(model, tokens, {}, bad));
 }
+
+TEST_CASE("score spans: spans inside and across a shared prefix equal each sample's own row, gradients too (fp32)") {
+  std::mt19937_64 rng(41);
+  auto model = small_model(9);
+  // Unit 0's prefix: a turn-1 context, its completion and the feedback, the identical context of
+  // two turn-2 samples (rows 0 and 1: only their completions run). Unit 1's prefix: a context and
+  // the first 2 tokens both completions of rows 2 and 3 start with (their spans cross into the row).
+  const auto ctx1 = random_ids(rng, 12), comp1 = random_ids(rng, 5), fb = random_ids(rng, 7);
+  const auto c2a = random_ids(rng, 6), c2b = random_ids(rng, 4);
+  const auto ctx2 = random_ids(rng, 10), head = random_ids(rng, 2), ta = random_ids(rng, 5), tb = random_ids(rng, 3);
+  auto cat = [](std::vector<std::vector<int64_t>> parts) {
+    std::vector<int64_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  const auto p0 = cat({ctx1, comp1, fb}), p1 = cat({ctx2, head});
+  const int64_t Lp = static_cast<int64_t>(p0.size());  // 24; unit 1 (12 tokens) is left padded
+  torch::Tensor pmask, tmask;
+  auto ptok = ids_tensor({p0, p1}, Lp, true, &pmask);
+  auto tok = ids_tensor({c2a, c2b, ta, tb}, 6, false, &tmask);  // the rows' own tokens from column 0
+  auto prow = torch::tensor(std::vector<int64_t>{0, 0, 1, 1}, torch::kInt64);
+  // Outputs: the turn-1 sample (inside the prefix), rows 0-1's completions (from the prefix's last
+  // column), rows 2-3's completions (first 2 tokens in the prefix).
+  ScoreSpans spans{torch::tensor(std::vector<int64_t>{0, 0, 1, 2, 3}, torch::kInt64),
+                   torch::tensor(std::vector<int64_t>{12, Lp, Lp, Lp - 2, Lp - 2}, torch::kInt64), 7};
+  const auto kv = prefix_keys_values(model, ptok, pmask);
+  auto lp = continue_logprobs(model, kv, pmask, prow, tok, tmask, spans, 0.8);
+  REQUIRE(lp.logprobs.sizes() == torch::IntArrayRef({5, 7}));
+  const std::vector<std::vector<int64_t>> contexts = {ctx1, p0, p0, ctx2, ctx2};
+  const std::vector<std::vector<int64_t>> completions = {comp1, c2a, c2b, cat({head, ta}), cat({head, tb})};
+  auto m = torch::zeros({5, 7});
+  for (int64_t k = 0; k < 5; ++k) m[k].narrow(0, 0, static_cast<int64_t>(completions[static_cast<size_t>(k)].size())).fill_(1.0);
+  auto wk = torch::tensor(std::vector<float>{0.5f, -1.0f, 2.0f, 1.5f, -0.7f}).unsqueeze(1);
+  (lp.logprobs * m * wk).sum().backward();
+  const auto g_spans = grads_of(model);
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  // Oracle: each sample in its own row.
+  torch::Tensor oracle_loss = torch::zeros({});
+  for (size_t k = 0; k < 5; ++k) {
+    const auto row = cat({contexts[k], completions[k]});
+    const int64_t C = static_cast<int64_t>(completions[k].size());
+    auto a = completion_logprobs(model, torch::tensor(row, torch::kInt64).unsqueeze(0), {}, C, 0.8);
+    CAPTURE(k);
+    CHECK(max_abs(lp.logprobs[static_cast<int64_t>(k)].narrow(0, 0, C) - a.logprobs[0]) < 1e-5);
+    CHECK(max_abs(lp.entropy[static_cast<int64_t>(k)].narrow(0, 0, C) - a.entropy[0]) < 1e-5);
+    oracle_loss = oracle_loss + wk[static_cast<int64_t>(k)][0] * a.logprobs.sum();
+  }
+  oracle_loss.backward();
+  const auto g_rows = grads_of(model);
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < g_rows.size(); ++i) {
+    diff = std::max(diff, max_abs(g_spans[i] - g_rows[i]));
+    scale = std::max(scale, max_abs(g_rows[i]));
+  }
+  CAPTURE(diff);
+  REQUIRE(scale > 1e-3);
+  CHECK(diff < 1e-5 * scale + 1e-7);
+  // Columns count in [prefix | row]: Lp + 6 is past the end.
+  ScoreSpans bad{torch::tensor(std::vector<int64_t>{0}, torch::kInt64), torch::tensor(std::vector<int64_t>{Lp + 6}, torch::kInt64), 2};
+  CHECK_THROWS(continue_logprobs(model, kv, pmask, prow, tok, tmask, bad));
+}
+
+TEST_CASE("prompt sharing: identical turn-2 contexts run once with the turn-1 samples they hold, and the update is unchanged") {
+  std::mt19937_64 rng(43);
+  // One group: turn 1 wrote A twice and B (B starts like A); three turn-2 samples share the
+  // context task + A + feedback and differ in their completions (two start alike).
+  const auto task = random_ids(rng, 30), A = random_ids(rng, 8), fb = random_ids(rng, 20);
+  auto B = A;
+  for (size_t j = 3; j < B.size(); ++j) B[j] = (A[j] + 1) % 97;
+  std::vector<int64_t> ctx2 = task;
+  ctx2.insert(ctx2.end(), A.begin(), A.end());
+  ctx2.insert(ctx2.end(), fb.begin(), fb.end());
+  std::vector<std::vector<int64_t>> comp2 = {{5, 6, 7, 8, 9, 10}, {5, 6, 11, 12, 13, 14}, {15, 16, 17, 18, 19, 20}};
+  std::vector<rl::TrainSample> samples;
+  auto add = [&](const std::vector<int64_t>& ctx, const std::vector<int64_t>& comp, double adv) {
+    rl::TrainSample s;
+    s.prompt_ids = ctx;
+    s.completion_ids = comp;
+    s.advantage = adv;
+    s.segment_id = static_cast<int64_t>(samples.size());
+    samples.push_back(s);
+  };
+  add(task, A, -0.5);
+  add(task, A, -0.5);
+  add(task, B, 1.0);
+  for (size_t k = 0; k < 3; ++k) add(ctx2, comp2[k], k == 1 ? 1.2 : -0.4);
+  auto run = [&](bool share) {
+    auto model = small_model(13);
+    auto ref = small_model(14);
+    auto data = samples;
+    rl::UpdateOptions o;
+    o.share_prompts = share;
+    o.mini_batch_size = 6;
+    o.seed = 2;
+    o.loss.kl_beta = 0.05;
+    o.temperature = 0.9;
+    o.max_grad_norm = 0;
+    rl::compute_old_logprobs(model, &ref, data, o);
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : model->parameters()) p.add_(0.01 * torch::ones_like(p));
+    }
+    std::vector<at::Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p);
+    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.5));
+    auto st = rl::ppo_update(model, opt, params, data, o);
+    std::vector<torch::Tensor> w;
+    for (auto& p : model->parameters()) w.push_back(p.detach().clone());
+    return std::make_tuple(data, w, st);
+  };
+  auto [d0, w0, s0] = run(false);
+  auto [d1, w1, s1] = run(true);
+  // Unshared: the 3 turn-1 rows (38 tokens) and the 3 turn-2 rows (64) run as two parts. Shared: the turn-2 context (58 tokens) runs once as a
+  // prefix, holding both copies of A; the turn-2 rows run only their 6 completion tokens; B is a
+  // unit of its own (prefix padded to 58, one token in its row): at most 2 x 58 + 4 x 6 columns.
+  CHECK(s0.tokens_run == 3 * 38 + 3 * 64);
+  CAPTURE(s1.tokens_run);
+  CHECK(s1.tokens_run <= 2 * 58 + 4 * 6);
+  CHECK(s1.samples_in_other_rows == 2);
+  double lp_diff = 0;
+  for (size_t i = 0; i < d0.size(); ++i)
+    for (size_t j = 0; j < d0[i].old_logp.size(); ++j) {
+      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].old_logp[j] - d1[i].old_logp[j])));
+      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].ref_logp[j] - d1[i].ref_logp[j])));
+    }
+  CHECK(lp_diff < 2e-5);
+  double w_diff = 0, moved = 0;
+  auto start = small_model(13);
+  auto sp = start->parameters();
+  for (size_t i = 0; i < w0.size(); ++i) {
+    w_diff = std::max(w_diff, max_abs(w0[i] - w1[i]));
+    moved = std::max(moved, max_abs(w0[i] - (sp[i].detach() + 0.01)));
+  }
+  CAPTURE(w_diff);
+  REQUIRE(moved > 1e-3);
+  CHECK(w_diff < 1e-5 * std::max(1.0, moved) + 1e-6);
+  CHECK(s0.loss == doctest::Approx(s1.loss).epsilon(1e-4));
+  CHECK(s0.kl == doctest::Approx(s1.kl).epsilon(1e-3));
+}

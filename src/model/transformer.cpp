@@ -684,13 +684,14 @@ TokenLogProbs head_logprobs(Transformer& model, const torch::Tensor& hidden, con
 
 namespace {
 
-void check_spans(const ScoreSpans& spans, const torch::Tensor& tokens) {
+/// Spans over `rows` rows of `width` columns.
+void check_spans(const ScoreSpans& spans, int64_t rows, int64_t width) {
   TORCH_CHECK(spans.row.dim() == 1 && spans.start.sizes() == spans.row.sizes(), "spans.row and spans.start must be [M]");
   TORCH_CHECK(spans.len >= 1, "spans.len must be >= 1");
   if (spans.row.numel() == 0) return;
   const auto r = spans.row.cpu(), st = spans.start.cpu();
-  TORCH_CHECK(r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < tokens.size(0), "spans.row out of range");
-  TORCH_CHECK(st.min().item<int64_t>() >= 1 && st.max().item<int64_t>() < tokens.size(1),
+  TORCH_CHECK(r.min().item<int64_t>() >= 0 && r.max().item<int64_t>() < rows, "spans.row out of range");
+  TORCH_CHECK(st.min().item<int64_t>() >= 1 && st.max().item<int64_t>() < width,
               "spans.start must be in [1, seq_len)");
 }
 
@@ -716,7 +717,7 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
 
 TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& tokens, const torch::Tensor& attention_mask,
                                   const ScoreSpans& spans, double temperature, int64_t chunk) {
-  check_spans(spans, tokens);
+  check_spans(spans, tokens.size(0), tokens.size(1));
   return forward_logprobs(model, tokens, attention_mask, spans.len, temperature, chunk, &spans);
 }
 
@@ -724,7 +725,9 @@ PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_toke
   TORCH_CHECK(prefix_tokens.dim() == 2 && prefix_mask.sizes() == prefix_tokens.sizes(),
               "prefix_tokens and prefix_mask must be [U, Lp]");
   PrefixKV kv;
-  model->forward(prefix_tokens, positions_from_mask(prefix_mask), prefix_mask.to(torch::kBool), nullptr, nullptr, &kv);
+  kv.hidden = model->forward(prefix_tokens, positions_from_mask(prefix_mask), prefix_mask.to(torch::kBool), nullptr,
+                             nullptr, &kv);
+  kv.tokens = prefix_tokens;
   return kv;
 }
 
@@ -743,7 +746,19 @@ TokenLogProbs continue_forward(Transformer& model, const PrefixKV& prefix, const
   auto pos = (tm.cumsum(-1) - 1 + plen.unsqueeze(1)).masked_fill(tm == 0, 1);
   auto key_mask = torch::cat({prefix_mask.to(torch::kBool).index_select(0, prefix_row), attention_mask.to(torch::kBool)}, 1);
   auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows);
-  return head_logprobs(model, hidden, tokens, C, temperature, chunk, spans);
+  if (spans == nullptr) return head_logprobs(model, hidden, tokens, C, temperature, chunk, nullptr);
+  // Spans count columns of [prefix | tokens]. When none reads a prefix column (the first scored
+  // token's predictor is column start - 1), the rows alone are enough.
+  const int64_t Lp = prefix_mask.size(1);
+  if (spans->start.numel() == 0 || spans->start.min().item<int64_t>() - 1 >= Lp) {
+    ScoreSpans tail{spans->row, spans->start - Lp, spans->len};
+    return head_logprobs(model, hidden, tokens, C, temperature, chunk, &tail);
+  }
+  TORCH_CHECK(prefix.hidden.defined() && prefix.tokens.defined() && prefix.hidden.size(1) == Lp,
+              "a span in the prefix needs the prefix's hidden states and tokens (prefix_keys_values)");
+  auto full_hidden = torch::cat({prefix.hidden.index_select(0, prefix_row).to(hidden.scalar_type()), hidden}, 1);
+  auto full_tokens = torch::cat({prefix.tokens.index_select(0, prefix_row), tokens}, 1);
+  return head_logprobs(model, full_hidden, full_tokens, C, temperature, chunk, spans);
 }
 
 }  // namespace
@@ -762,7 +777,8 @@ TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, cons
                                 const torch::Tensor& prefix_row, const torch::Tensor& tokens,
                                 const torch::Tensor& attention_mask, const ScoreSpans& spans, double temperature,
                                 int64_t chunk) {
-  check_spans(spans, tokens);
+  TORCH_CHECK(prefix_mask.dim() == 2, "prefix_mask must be [U, Lp]");
+  check_spans(spans, tokens.size(0), prefix_mask.size(1) + tokens.size(1));
   return continue_forward(model, prefix, prefix_mask, prefix_row, tokens, attention_mask, spans.len, temperature,
                           chunk, &spans);
 }

@@ -82,6 +82,8 @@ struct KVCache {
 /// gradients flow back through them into the prefix's forward.
 struct PrefixKV {
   std::vector<torch::Tensor> k, v;
+  torch::Tensor hidden;  ///< [U, Lp, hidden] final hidden states (set by prefix_keys_values), for spans in the prefix
+  torch::Tensor tokens;  ///< [U, Lp] int64, the prefix tokens (set by prefix_keys_values)
   /// The rows `rows` (int64 indices [B] on the tensors' device) of every layer's keys and values.
   PrefixKV select_rows(const torch::Tensor& rows) const;
 };
@@ -209,8 +211,12 @@ TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, cons
                                 const torch::Tensor& attention_mask, int64_t completion_len,
                                 double temperature = 1.0, int64_t chunk = 64);
 
-/// continue_logprobs scoring `spans` (columns of `tokens`, the rows' tails) instead of the last
-/// C columns: [M, spans.len]. Throws c10::Error when a span is out of range.
+/// continue_logprobs scoring `spans` instead of the last C columns: [M, spans.len]. A span's
+/// columns count in the concatenated row [prefix | tokens] of width Lp + T (the prefix's Lp
+/// columns first, left padded), so a span may start, or lie whole, inside the shared prefix: a
+/// sample whose context (and completion) the prefix holds is scored from the prefix's hidden
+/// states, once for all rows. A span crossing from the prefix into the row needs the row's own
+/// tokens from column 0 (right padded). Throws c10::Error when a span is out of range.
 TokenLogProbs continue_logprobs(Transformer& model, const PrefixKV& prefix, const torch::Tensor& prefix_mask,
                                 const torch::Tensor& prefix_row, const torch::Tensor& tokens,
                                 const torch::Tensor& attention_mask, const ScoreSpans& spans,

@@ -18,7 +18,7 @@ namespace leap::rl {
 namespace {
 
 /// Rows of a batch that run in one forward: [pad.. prompt | completion ..pad]; with prompt
-/// sharing the prompt part is what follows the row's share-unit prefix (at least one token).
+/// sharing, what follows the row's share-unit prefix (at least one token), right padded.
 /// A row may score several samples (its own completion and those of samples whose context plus
 /// completion starts its tokens: an earlier turn of the rollout, or an identical sample).
 struct Part {
@@ -27,8 +27,9 @@ struct Part {
   int64_t completion_len = 0;    ///< C_part
   std::vector<int64_t> rows;     ///< the samples it scores, in output order (positions in idx)
   torch::Tensor prefix_row;      ///< [n] int64: each row's share unit (shared batches only)
-  model::ScoreSpans score;       ///< set (score.row defined) when rows score other samples too:
-                                 ///< output k scores row score.row[k] from column score.start[k]
+  model::ScoreSpans score;       ///< set (score.row defined) when rows score other samples too, and
+                                 ///< always with sharing: output k scores row score.row[k] from column
+                                 ///< score.start[k] (with sharing, a column of [prefix | row])
 };
 
 /// A mini-batch: one or two parts (rows of very different lengths run apart, so short rows are
@@ -71,16 +72,14 @@ std::vector<std::vector<int64_t>> split_rows(const std::vector<int64_t>& plen, c
           std::vector<int64_t>(order.begin() + static_cast<long>(cut), order.end())};
 }
 
-/// The part whose rows are the samples samples[idx[rows]], each prompt from skip[row] on (skip
-/// empty: whole prompts). `carried[r]` (empty: none) lists the other samples row r scores.
+/// The part whose rows are the samples samples[idx[rows]], unshared: [pad.. prompt | completion
+/// ..pad]. `carried[r]` (empty: none) lists the other samples row r scores.
 Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, std::vector<int64_t> rows,
-               const std::vector<size_t>& skip, const std::vector<std::vector<int64_t>>& carried, int64_t pad_id,
-               torch::Device device) {
-  const auto from = [&](int64_t r) { return skip.empty() ? int64_t{0} : static_cast<int64_t>(skip[static_cast<size_t>(r)]); };
+               const std::vector<std::vector<int64_t>>& carried, int64_t pad_id, torch::Device device) {
   const auto at = [&](int64_t r) -> const TrainSample& { return samples[idx[static_cast<size_t>(r)]]; };
   int64_t P = 0, C = 1;
   for (int64_t r : rows) {
-    P = std::max<int64_t>(P, static_cast<int64_t>(at(r).prompt_ids.size()) - from(r));
+    P = std::max<int64_t>(P, static_cast<int64_t>(at(r).prompt_ids.size()));
     C = std::max<int64_t>(C, static_cast<int64_t>(at(r).completion_ids.size()));
   }
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -93,10 +92,9 @@ Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t
   for (int64_t b = 0; b < n; ++b) {
     const int64_t r = rows[static_cast<size_t>(b)];
     const auto& s = at(r);
-    const int64_t skip_b = from(r);
-    const int64_t p = static_cast<int64_t>(s.prompt_ids.size()) - skip_b;
+    const int64_t p = static_cast<int64_t>(s.prompt_ids.size());
     for (int64_t j = 0; j < p; ++j) {
-      tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(skip_b + j)];
+      tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(j)];
       mk[b][P - p + j] = 1;
     }
     for (int64_t j = 0; j < static_cast<int64_t>(s.completion_ids.size()); ++j) {
@@ -110,10 +108,10 @@ Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t
     if (carried.empty()) continue;
     for (int64_t c : carried[static_cast<size_t>(r)]) {
       // c's context + completion are this row's first tokens: its completion starts at column
-      // P - p + (|c's prompt| - skip_b).
+      // P - p + |c's prompt|.
       out_rows.push_back(c);
       span_row.push_back(b);
-      span_start.push_back(P - p + static_cast<int64_t>(at(c).prompt_ids.size()) - skip_b);
+      span_start.push_back(P - p + static_cast<int64_t>(at(c).prompt_ids.size()));
       span_len = std::max<int64_t>(span_len, static_cast<int64_t>(at(c).completion_ids.size()));
     }
   }
@@ -132,6 +130,54 @@ Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t
 size_t seq_len(const TrainSample& s) { return s.prompt_ids.size() + s.completion_ids.size(); }
 int64_t seq_token(const TrainSample& s, size_t k) {
   return k < s.prompt_ids.size() ? s.prompt_ids[k] : s.completion_ids[k - s.prompt_ids.size()];
+}
+
+/// The part whose rows continue share-unit prefixes (Lp columns, left padded): row b holds
+/// sample samples[idx[rows[b]]]'s context + completion from token skip[row] on, from column 0
+/// (right padded), so that a span may run on from the prefix into the row. Every sample the row
+/// scores (itself and `carried[row]`) is a span in the columns of [prefix | row].
+Part make_tail_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, std::vector<int64_t> rows,
+                    const std::vector<size_t>& skip, const std::vector<std::vector<int64_t>>& carried, int64_t Lp,
+                    int64_t pad_id, torch::Device device) {
+  const auto at = [&](int64_t r) -> const TrainSample& { return samples[idx[static_cast<size_t>(r)]]; };
+  int64_t W = 1;
+  for (int64_t r : rows)
+    W = std::max<int64_t>(W, static_cast<int64_t>(seq_len(at(r)) - skip[static_cast<size_t>(r)]));
+  const int64_t n = static_cast<int64_t>(rows.size());
+  auto tokens = torch::full({n, W}, pad_id, torch::kInt64);
+  auto mask = torch::zeros({n, W}, torch::kInt64);
+  auto tk = tokens.accessor<int64_t, 2>();
+  auto mk = mask.accessor<int64_t, 2>();
+  std::vector<int64_t> out_rows, span_row, span_start;
+  int64_t span_len = 1;
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t r = rows[static_cast<size_t>(b)];
+    const size_t from = skip[static_cast<size_t>(r)];
+    for (size_t k = from; k < seq_len(at(r)); ++k) {
+      tk[b][static_cast<int64_t>(k - from)] = seq_token(at(r), k);
+      mk[b][static_cast<int64_t>(k - from)] = 1;
+    }
+    auto score = [&](int64_t c) {
+      // c's first completion token is token |c's context| of this row's sequence. (An empty
+      // completion scores nothing; its span only has to lie inside the row.)
+      const int64_t start = Lp + static_cast<int64_t>(at(c).prompt_ids.size()) - static_cast<int64_t>(from);
+      out_rows.push_back(c);
+      span_row.push_back(b);
+      span_start.push_back(std::min(start, Lp + W - 1));
+      span_len = std::max<int64_t>(span_len, static_cast<int64_t>(at(c).completion_ids.size()));
+    };
+    score(r);
+    if (!carried.empty())
+      for (int64_t c : carried[static_cast<size_t>(r)]) score(c);
+  }
+  Part part;
+  part.tokens = tokens.to(device);
+  part.attention_mask = mask.to(device);
+  part.completion_len = span_len;
+  part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
+                span_len};
+  part.rows = std::move(out_rows);
+  return part;
 }
 
 /// Whether sample a's context + completion are the first tokens of sample b's.
@@ -193,56 +239,63 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   } else {
     for (int64_t r = 0; r < B; ++r) hosts.push_back(r);
   }
-  // Plan over each host's shortest context: the shared prefix must end before the first
-  // completion the row scores.
+  // Plan over the hosts' whole rows (context + completion): a prefix common to a unit's rows
+  // runs once, and a span it holds (a carried sample, or a completion identical in every row of
+  // the unit) is scored from the prefix's hidden states.
   std::vector<ShareUnit> plan;
+  std::vector<std::vector<int64_t>> seqs;  // hosts' context + completion, in host order
   if (share && hosts.size() >= 2) {
-    std::vector<const std::vector<int64_t>*> prompts;
+    std::vector<const std::vector<int64_t>*> rows;
     for (int64_t h : hosts) {
-      const std::vector<int64_t>* p = &at(static_cast<size_t>(h)).prompt_ids;
-      if (!carried.empty())
-        for (int64_t c : carried[static_cast<size_t>(h)])
-          if (at(static_cast<size_t>(c)).prompt_ids.size() < p->size()) p = &at(static_cast<size_t>(c)).prompt_ids;
-      prompts.push_back(p);
+      const auto& s = at(static_cast<size_t>(h));
+      seqs.push_back(s.prompt_ids);
+      seqs.back().insert(seqs.back().end(), s.completion_ids.begin(), s.completion_ids.end());
     }
-    plan = plan_prompt_sharing(prompts);
+    for (const auto& q : seqs) rows.push_back(&q);
+    plan = plan_prompt_sharing(rows);
     if (plan.size() == hosts.size()) plan.clear();  // nothing shared
-    for (auto& u : plan)  // members: host numbers -> positions in idx
-      for (auto& m : u.members) m = static_cast<size_t>(hosts[m]);
-  }
-  std::vector<size_t> skip;
-  std::vector<int64_t> row_unit(idx.size(), 0);
-  if (!plan.empty()) {
-    skip.assign(idx.size(), 0);
-    for (size_t u = 0; u < plan.size(); ++u)
-      for (size_t m : plan[u].members) {
-        skip[m] = plan[u].prefix_len;
-        row_unit[m] = static_cast<int64_t>(u);
-      }
   }
   b.completion_len = 1;
   for (size_t r = 0; r < idx.size(); ++r) b.completion_len = std::max<int64_t>(b.completion_len, at(r).completion_ids.size());
   auto cmask = torch::zeros({B, b.completion_len}, torch::kFloat32);
   for (int64_t r = 0; r < B; ++r) cmask[r].narrow(0, 0, static_cast<int64_t>(at(static_cast<size_t>(r)).completion_ids.size())).fill_(1.0f);
   b.completion_mask = cmask.to(device);
-  std::vector<int64_t> plen, clen;
-  for (int64_t h : hosts) {
-    const auto& s = at(static_cast<size_t>(h));
-    plen.push_back(static_cast<int64_t>(s.prompt_ids.size() - (skip.empty() ? 0 : skip[static_cast<size_t>(h)])));
-    clen.push_back(static_cast<int64_t>(s.completion_ids.size()));
+  if (plan.empty()) {
+    std::vector<int64_t> plen, clen;
+    for (int64_t h : hosts) {
+      plen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).prompt_ids.size()));
+      clen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).completion_ids.size()));
+    }
+    for (auto& hrows : split_rows(plen, clen)) {
+      std::vector<int64_t> rows;
+      for (int64_t k : hrows) rows.push_back(hosts[static_cast<size_t>(k)]);
+      b.parts.push_back(make_part(samples, idx, std::move(rows), carried, pad_id, device));
+    }
+    return b;
   }
-  for (auto& hrows : split_rows(plen, clen)) {
+  // Shared: the unit prefixes [U, Lp] (left padded), then the rows' tails against them.
+  std::vector<size_t> skip(idx.size(), 0);
+  std::vector<int64_t> row_unit(idx.size(), 0);
+  int64_t Lp = 0;
+  for (size_t u = 0; u < plan.size(); ++u) {
+    Lp = std::max<int64_t>(Lp, static_cast<int64_t>(plan[u].prefix_len));
+    for (size_t m : plan[u].members) {
+      skip[static_cast<size_t>(hosts[m])] = plan[u].prefix_len;
+      row_unit[static_cast<size_t>(hosts[m])] = static_cast<int64_t>(u);
+    }
+  }
+  std::vector<int64_t> tail, none;
+  for (int64_t h : hosts) tail.push_back(static_cast<int64_t>(seq_len(at(static_cast<size_t>(h))) - skip[static_cast<size_t>(h)]));
+  none.assign(hosts.size(), 0);
+  for (auto& hrows : split_rows(tail, none)) {
     std::vector<int64_t> rows, units;
     for (int64_t k : hrows) {
       rows.push_back(hosts[static_cast<size_t>(k)]);
       units.push_back(row_unit[static_cast<size_t>(rows.back())]);
     }
-    b.parts.push_back(make_part(samples, idx, std::move(rows), skip, carried, pad_id, device));
-    if (!plan.empty()) b.parts.back().prefix_row = torch::tensor(units, torch::kInt64).to(device);
+    b.parts.push_back(make_tail_part(samples, idx, std::move(rows), skip, carried, Lp, pad_id, device));
+    b.parts.back().prefix_row = torch::tensor(units, torch::kInt64).to(device);
   }
-  if (plan.empty()) return b;
-  int64_t Lp = 0;
-  for (const auto& u : plan) Lp = std::max<int64_t>(Lp, static_cast<int64_t>(u.prefix_len));
   const int64_t U = static_cast<int64_t>(plan.size());
   auto pt = torch::full({U, Lp}, pad_id, torch::kInt64);
   auto pm = torch::zeros({U, Lp}, torch::kInt64);
@@ -250,10 +303,10 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   auto pmk = pm.accessor<int64_t, 2>();
   for (int64_t u = 0; u < U; ++u) {
     const auto& unit = plan[static_cast<size_t>(u)];
-    const auto& prompt = at(unit.members.front()).prompt_ids;  // the prefix is the first tokens of each member's row
+    const auto& first = seqs[unit.members.front()];  // the prefix is the first tokens of each member's row
     const int64_t n = static_cast<int64_t>(unit.prefix_len);
     for (int64_t j = 0; j < n; ++j) {
-      ptk[u][Lp - n + j] = prompt[static_cast<size_t>(j)];
+      ptk[u][Lp - n + j] = first[static_cast<size_t>(j)];
       pmk[u][Lp - n + j] = 1;
     }
   }
@@ -624,7 +677,11 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
           wt[r] = w[pos[static_cast<size_t>(r)]];
         }
         const auto dev = policy->device();
-        for (const auto& part : b.parts) st.samples_in_other_rows += static_cast<int64_t>(part.rows.size()) - part.tokens.size(0);
+        for (const auto& part : b.parts) {
+          st.samples_in_other_rows += static_cast<int64_t>(part.rows.size()) - part.tokens.size(0);
+          st.tokens_run += part.tokens.numel();
+        }
+        if (b.shared) st.tokens_run += b.prefix_tokens.numel();
         auto lp = batch_logprobs(policy, b, o);
         LossTerms terms = policy_loss(lp.logprobs, old_lp.to(dev), with_ref ? ref_lp.to(dev) : torch::Tensor(),
                                       adv.to(dev), b.completion_mask, wt.to(dev), o.loss);

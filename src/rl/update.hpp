@@ -92,6 +92,7 @@ struct UpdateStats {
   int64_t skipped_steps = 0;  ///< optimizer steps skipped for a non-finite loss or gradient
   int64_t samples_in_other_rows = 0;  ///< sample passes scored inside another sample's row (prompt sharing; this rank)
   int64_t samples_not_run = 0;  ///< sample passes left out by UpdateOptions::skip_zero_advantage (this rank)
+  int64_t tokens_run = 0;  ///< token columns the training forwards ran: shared prefixes once, then the rows (padding included; this rank)
   std::vector<std::string> events;  ///< one line per skipped step
 };
 
