@@ -506,6 +506,24 @@ TEST_CASE("score spans: spans inside and across a shared prefix equal each sampl
   CAPTURE(diff);
   REQUIRE(scale > 1e-3);
   CHECK(diff < 1e-5 * scale + 1e-7);
+  // The same with layer checkpointing (the last layer runs its queries only where spans read).
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  model->set_gradient_checkpointing(true);
+  {
+    const auto kv2 = prefix_keys_values(model, ptok, pmask, 11);  // spans read from column 11 on
+    auto lp2 = continue_logprobs(model, kv2, pmask, prow, tok, tmask, spans, 0.8);
+    CHECK(max_abs((lp2.logprobs - lp.logprobs) * m) < 1e-5);
+    (lp2.logprobs * m * wk).sum().backward();
+    const auto g2 = grads_of(model);
+    double diff2 = 0;
+    for (size_t i = 0; i < g_rows.size(); ++i) diff2 = std::max(diff2, max_abs(g2[i] - g_rows[i]));
+    CAPTURE(diff2);
+    CHECK(diff2 < 1e-5 * scale + 1e-7);
+    // Hidden states kept from column 12 on cannot serve a span that reads column 11.
+    const auto kv3 = prefix_keys_values(model, ptok, pmask, 12);
+    CHECK_THROWS(continue_logprobs(model, kv3, pmask, prow, tok, tmask, spans, 0.8));
+  }
+  model->set_gradient_checkpointing(false);
   // Columns count in [prefix | row]: Lp + 6 is past the end.
   ScoreSpans bad{torch::tensor(std::vector<int64_t>{0}, torch::kInt64), torch::tensor(std::vector<int64_t>{Lp + 6}, torch::kInt64), 2};
   CHECK_THROWS(continue_logprobs(model, kv, pmask, prow, tok, tmask, bad));
@@ -587,4 +605,35 @@ TEST_CASE("prompt sharing: identical turn-2 contexts run once with the turn-1 sa
   CHECK(w_diff < 1e-5 * std::max(1.0, moved) + 1e-6);
   CHECK(s0.loss == doctest::Approx(s1.loss).epsilon(1e-4));
   CHECK(s0.kl == doctest::Approx(s1.kl).epsilon(1e-3));
+}
+
+TEST_CASE("transformer: forward with keep_from returns the full forward's last columns") {
+  std::mt19937_64 rng(47);
+  auto model = small_model(15);
+  torch::Tensor mask;
+  auto tokens = ids_tensor({random_ids(rng, 9), random_ids(rng, 6)}, 9, true, &mask);
+  auto pos = positions_from_mask(mask);
+  auto km = mask.to(torch::kBool);
+  torch::NoGradGuard ng;
+  auto full = model->forward(tokens, pos, km);
+  auto causal = model->forward(tokens, {});
+  for (const int64_t from : {1, 4, 8}) {
+    CAPTURE(from);
+    auto part = model->forward(tokens, pos, km, nullptr, nullptr, nullptr, from);
+    REQUIRE(part.sizes() == torch::IntArrayRef({2, 9 - from, 32}));
+    CHECK(max_abs(part - full.narrow(1, from, 9 - from)) < 1e-5);
+    auto part_causal = model->forward(tokens, {}, {}, nullptr, nullptr, nullptr, from);  // no mask: causal
+    CHECK(max_abs(part_causal - causal.narrow(1, from, 9 - from)) < 1e-5);
+  }
+  PrefixKV kv;
+  auto none = model->forward(tokens, pos, km, nullptr, nullptr, &kv, 9);  // keys and values only
+  CHECK(none.size(1) == 0);
+  PrefixKV kv_full;
+  model->forward(tokens, pos, km, nullptr, nullptr, &kv_full);
+  REQUIRE(kv.k.size() == kv_full.k.size());
+  for (size_t i = 0; i < kv.k.size(); ++i) {
+    CHECK(max_abs(kv.k[i] - kv_full.k[i]) < 1e-6);
+    CHECK(max_abs(kv.v[i] - kv_full.v[i]) < 1e-6);
+  }
+  CHECK_THROWS(model->forward(tokens, pos, km, nullptr, nullptr, nullptr, 10));
 }

@@ -136,6 +136,9 @@ struct LayerKV {
   torch::Tensor prefix_k, prefix_v;
   torch::Tensor* out_k = nullptr;
   torch::Tensor* out_v = nullptr;
+  /// Queries (and the layer's output) only for columns [query_from, T): the keys and values
+  /// still cover all T. For a last layer whose earlier outputs nobody reads.
+  int64_t query_from = 0;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -160,7 +163,9 @@ class AttentionImpl : public torch::nn::Module {
     torch::Tensor* vc = kv.vc;
     const int64_t past = kv.past;
     const int64_t B = x.size(0), T = x.size(1);
-    auto q = q_proj(x).view({B, T, heads, head_dim});
+    const int64_t from = kv.query_from, Tq = T - from;
+    TORCH_CHECK(from >= 0 && from <= T && (from == 0 || kv.kc == nullptr), "query_from must be in [0, T], without a cache");
+    auto q = q_proj(from ? x.narrow(1, from, Tq) : x).view({B, Tq, heads, head_dim});
     auto k = k_proj(x).view({B, T, kv_heads, head_dim});
     auto v = v_proj(x).view({B, T, kv_heads, head_dim}).transpose(1, 2);
     if (q_norm) {
@@ -169,17 +174,18 @@ class AttentionImpl : public torch::nn::Module {
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-    if (cpu_fused_ok({&q, &k, &cos, &sin}) && cos.sizes() == sin.sizes() && cos.size(0) == B && cos.size(2) == T) {
-      q = rotary_cpu(q, cos, sin);
-      k = rotary_cpu(k, cos, sin);
-    } else {
-      q = q * cos + rotate_half(q) * sin;
-      k = k * cos + rotate_half(k) * sin;
-    }
+    const auto rope = [B](const torch::Tensor& t, const torch::Tensor& c, const torch::Tensor& s) {
+      if (cpu_fused_ok({&t, &c, &s}) && c.sizes() == s.sizes() && c.size(0) == B && c.size(2) == t.size(2))
+        return rotary_cpu(t, c, s);
+      return t * c + rotate_half(t) * s;
+    };
+    q = from ? rope(q, cos.narrow(2, from, Tq), sin.narrow(2, from, Tq)) : rope(q, cos, sin);
+    k = rope(k, cos, sin);
     if (kv.out_k != nullptr) {
       *kv.out_k = k;
       *kv.out_v = v;
     }
+    if (Tq == 0) return x.narrow(1, T, 0);  // only the keys and values were wanted
     if (kv.prefix_k.defined()) {
       k = torch::cat({kv.prefix_k.to(k.scalar_type()), k}, 2);
       v = torch::cat({kv.prefix_v.to(v.scalar_type()), v}, 2);
@@ -195,13 +201,13 @@ class AttentionImpl : public torch::nn::Module {
     // keys' (the cache's when there is one).
     if (q.scalar_type() != k.scalar_type()) q = q.to(k.scalar_type());
     if (v.scalar_type() != k.scalar_type()) v = v.to(k.scalar_type());
-    const bool causal = !mask.defined() && T > 1 && past == 0 && !kv.prefix_k.defined();
+    const bool causal = !mask.defined() && T > 1 && past == 0 && !kv.prefix_k.defined() && from == 0;
     TORCH_CHECK(mask.defined() || !kv.prefix_k.defined() || T == 1, "a prefix needs a key mask");
-    auto mk = mask;
-    if (!mask.defined() && T > 1 && past > 0) {
-      auto qi = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+    auto mk = mask.defined() && from ? mask.narrow(2, from, Tq) : mask;
+    if (!mask.defined() && T > 1 && (past > 0 || from > 0)) {
+      auto qi = torch::arange(past + from, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
       auto kj = torch::arange(0, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
-      mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, T, past + T});
+      mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, Tq, past + T});
     }
     // A decode step on the CPU (one new token per row, fp32, no gradient): one pass per row and
     // key/value head over the cache instead of SDPA's per-row, per-head matrix-vector calls.
@@ -210,7 +216,7 @@ class AttentionImpl : public torch::nn::Module {
       return o_proj(decode_attention_cpu(q, k, v, mk).view({B, T, heads * head_dim}));
     auto out = at::scaled_dot_product_attention(q, k, v, mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt,
                                                 0.0, causal, std::nullopt, heads != kv_heads);
-    return o_proj(out.transpose(1, 2).reshape({B, T, heads * head_dim}));
+    return o_proj(out.transpose(1, 2).reshape({B, Tq, heads * head_dim}));
   }
 
   int64_t heads, kv_heads, head_dim;
@@ -243,7 +249,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, const LayerKV& kv) {
-    auto h = x + self_attn(input_layernorm(x), cos, sin, mask, kv);
+    auto a = self_attn(input_layernorm(x), cos, sin, mask, kv);
+    auto h = (kv.query_from ? x.narrow(1, kv.query_from, x.size(1) - kv.query_from) : x) + a;
+    if (h.size(1) == 0) return h;
     return h + mlp(post_attention_layernorm(h));
   }
   Attention self_attn{nullptr};
@@ -389,9 +397,11 @@ TransformerImpl::TransformerImpl(const ModelConfig& c) : rotary(c), config_(c) {
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
                                        const torch::Tensor& key_mask, KVCache* cache, const PrefixKV* prefix,
-                                       PrefixKV* collect) {
+                                       PrefixKV* collect, int64_t keep_from) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   if (cache && prefix) throw ModelError("forward: a KV cache and a shared prefix cannot be combined");
+  if (keep_from < 0 || keep_from > T || (keep_from > 0 && cache))
+    throw ModelError("forward: keep_from must be in [0, " + std::to_string(T) + "] and without a KV cache");
   if (prefix && prefix->k.size() != layers.size())
     throw ModelError("forward: the prefix has " + std::to_string(prefix->k.size()) + " layers, the model " +
                      std::to_string(layers.size()));
@@ -431,6 +441,9 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
     kv.kc = cache ? &cache->k[i] : nullptr;
     kv.vc = cache ? &cache->v[i] : nullptr;
     kv.past = past;
+    // The last layer's outputs before keep_from are read by nobody: only its keys and values.
+    const int64_t query_from = i + 1 == layers.size() ? keep_from : 0;
+    kv.query_from = query_from;
     if (prefix) {
       kv.prefix_k = prefix->k[i];
       kv.prefix_v = prefix->v[i];
@@ -442,9 +455,10 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
       for (auto& p : layer->parameters())
         if (p.requires_grad()) params.push_back(p);
       const bool has_prefix = prefix != nullptr, collecting = collect != nullptr;
-      auto fn = [layer, cos = cos, sin = sin, mask, has_prefix, collecting](const std::vector<torch::Tensor>& in) mutable {
+      auto fn = [layer, cos = cos, sin = sin, mask, has_prefix, collecting, query_from](const std::vector<torch::Tensor>& in) mutable {
         LayerKV lkv;
         lkv.past = has_prefix ? in[1].size(2) : 0;
+        lkv.query_from = query_from;
         if (has_prefix) {
           lkv.prefix_k = in[1];
           lkv.prefix_v = in[2];
@@ -483,6 +497,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
     }
   }
   if (cache) cache->length = past + T;
+  if (layers.empty() && keep_from > 0) h = h.narrow(1, keep_from, T - keep_from);
+  if (h.size(1) == 0) return h;
   return norm(h);
 }
 
@@ -639,20 +655,22 @@ namespace {
 // caller masks them out). The hidden states are gathered by index_select, whose backward adds,
 // so rows scored by several outputs get the sum of their gradients.
 TokenLogProbs head_logprobs(Transformer& model, const torch::Tensor& hidden, const torch::Tensor& tokens,
-                            int64_t C, double temperature, int64_t chunk, const ScoreSpans* spans = nullptr) {
+                            int64_t C, double temperature, int64_t chunk, const ScoreSpans* spans = nullptr,
+                            int64_t offset = 0) {
+  // hidden [B, S - offset, H] holds the columns from `offset` on.
   const int64_t S = tokens.size(1);
   torch::Tensor h, targets;
   if (spans == nullptr) {
-    h = hidden.narrow(1, S - C - 1, C);
+    h = hidden.narrow(1, S - C - 1 - offset, C);
     targets = tokens.narrow(1, S - C, C);
   } else {
     C = spans->len;
-    const int64_t M = spans->row.size(0), B = tokens.size(0), H = hidden.size(2);
+    const int64_t M = spans->row.size(0), B = tokens.size(0), H = hidden.size(2), Sh = hidden.size(1);
     const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(tokens.device());
     auto cols = (spans->start.to(opts).unsqueeze(1) + torch::arange(C, opts).unsqueeze(0)).clamp(1, S - 1);  // [M, C]
-    auto base = (spans->row.to(opts) * S).unsqueeze(1);
-    h = hidden.reshape({B * S, H}).index_select(0, (base + cols - 1).reshape({-1})).view({M, C, H});
-    targets = tokens.reshape({-1}).index_select(0, (base + cols).reshape({-1})).view({M, C});
+    auto row = spans->row.to(opts).unsqueeze(1);
+    h = hidden.reshape({B * Sh, H}).index_select(0, (row * Sh + cols - 1 - offset).reshape({-1})).view({M, C, H});
+    targets = tokens.reshape({-1}).index_select(0, (row * S + cols).reshape({-1})).view({M, C});
   }
   std::vector<torch::Tensor> params;
   auto w = model->lm_head ? model->lm_head->weight : model->embed_tokens->weight;
@@ -684,6 +702,11 @@ TokenLogProbs head_logprobs(Transformer& model, const torch::Tensor& hidden, con
 
 namespace {
 
+/// The first column whose hidden state a span reads (start - 1; 0 without spans).
+int64_t first_read_column(const ScoreSpans& spans) {
+  return spans.start.numel() == 0 ? 0 : std::max<int64_t>(0, spans.start.min().item<int64_t>() - 1);
+}
+
 /// Spans over `rows` rows of `width` columns.
 void check_spans(const ScoreSpans& spans, int64_t rows, int64_t width) {
   TORCH_CHECK(spans.row.dim() == 1 && spans.start.sizes() == spans.row.sizes(), "spans.row and spans.start must be [M]");
@@ -702,8 +725,10 @@ TokenLogProbs forward_logprobs(Transformer& model, const torch::Tensor& tokens, 
     pos = positions_from_mask(attention_mask);
     mask = attention_mask.to(torch::kBool);
   }
-  auto hidden = model->forward(tokens, pos, mask);
-  return head_logprobs(model, hidden, tokens, C, temperature, chunk, spans);
+  // Only the columns that predict a scored token need the last layer's outputs.
+  const int64_t from = spans == nullptr ? tokens.size(1) - C - 1 : first_read_column(*spans);
+  auto hidden = model->forward(tokens, pos, mask, nullptr, nullptr, nullptr, from);
+  return head_logprobs(model, hidden, tokens, C, temperature, chunk, spans, from);
 }
 
 }  // namespace
@@ -721,12 +746,16 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
   return forward_logprobs(model, tokens, attention_mask, spans.len, temperature, chunk, &spans);
 }
 
-PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask) {
+PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask,
+                            int64_t hidden_from) {
   TORCH_CHECK(prefix_tokens.dim() == 2 && prefix_mask.sizes() == prefix_tokens.sizes(),
               "prefix_tokens and prefix_mask must be [U, Lp]");
+  const int64_t Lp = prefix_tokens.size(1);
+  TORCH_CHECK(hidden_from >= 0, "hidden_from must be >= 0");
   PrefixKV kv;
+  kv.hidden_from = std::min(hidden_from, Lp);
   kv.hidden = model->forward(prefix_tokens, positions_from_mask(prefix_mask), prefix_mask.to(torch::kBool), nullptr,
-                             nullptr, &kv);
+                             nullptr, &kv, kv.hidden_from);
   kv.tokens = prefix_tokens;
   return kv;
 }
@@ -745,20 +774,26 @@ TokenLogProbs continue_forward(Transformer& model, const PrefixKV& prefix, const
   auto tm = attention_mask.to(torch::kInt64);
   auto pos = (tm.cumsum(-1) - 1 + plen.unsqueeze(1)).masked_fill(tm == 0, 1);
   auto key_mask = torch::cat({prefix_mask.to(torch::kBool).index_select(0, prefix_row), attention_mask.to(torch::kBool)}, 1);
-  auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows);
-  if (spans == nullptr) return head_logprobs(model, hidden, tokens, C, temperature, chunk, nullptr);
+  if (spans == nullptr) {
+    const int64_t from = tokens.size(1) - C - 1;
+    auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows, nullptr, from);
+    return head_logprobs(model, hidden, tokens, C, temperature, chunk, nullptr, from);
+  }
   // Spans count columns of [prefix | tokens]. When none reads a prefix column (the first scored
   // token's predictor is column start - 1), the rows alone are enough.
-  const int64_t Lp = prefix_mask.size(1);
-  if (spans->start.numel() == 0 || spans->start.min().item<int64_t>() - 1 >= Lp) {
+  const int64_t Lp = prefix_mask.size(1), first = first_read_column(*spans);
+  if (first >= Lp) {
     ScoreSpans tail{spans->row, spans->start - Lp, spans->len};
-    return head_logprobs(model, hidden, tokens, C, temperature, chunk, &tail);
+    auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows, nullptr, first - Lp);
+    return head_logprobs(model, hidden, tokens, C, temperature, chunk, &tail, first - Lp);
   }
-  TORCH_CHECK(prefix.hidden.defined() && prefix.tokens.defined() && prefix.hidden.size(1) == Lp,
-              "a span in the prefix needs the prefix's hidden states and tokens (prefix_keys_values)");
+  TORCH_CHECK(prefix.hidden.defined() && prefix.tokens.defined() && prefix.hidden_from <= first &&
+                  prefix.hidden.size(1) == Lp - prefix.hidden_from,
+              "a span in the prefix needs the prefix's hidden states from its column on (prefix_keys_values)");
+  auto hidden = model->forward(tokens, pos, key_mask, nullptr, &rows);
   auto full_hidden = torch::cat({prefix.hidden.index_select(0, prefix_row).to(hidden.scalar_type()), hidden}, 1);
   auto full_tokens = torch::cat({prefix.tokens.index_select(0, prefix_row), tokens}, 1);
-  return head_logprobs(model, full_hidden, full_tokens, C, temperature, chunk, spans);
+  return head_logprobs(model, full_hidden, full_tokens, C, temperature, chunk, spans, prefix.hidden_from);
 }
 
 }  // namespace

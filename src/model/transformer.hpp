@@ -82,7 +82,8 @@ struct KVCache {
 /// gradients flow back through them into the prefix's forward.
 struct PrefixKV {
   std::vector<torch::Tensor> k, v;
-  torch::Tensor hidden;  ///< [U, Lp, hidden] final hidden states (set by prefix_keys_values), for spans in the prefix
+  torch::Tensor hidden;  ///< [U, Lp - hidden_from, hidden] final hidden states of columns [hidden_from, Lp), for spans in the prefix
+  int64_t hidden_from = 0;  ///< the first prefix column whose hidden state is kept
   torch::Tensor tokens;  ///< [U, Lp] int64, the prefix tokens (set by prefix_keys_values)
   /// The rows `rows` (int64 indices [B] on the tensors' device) of every layer's keys and values.
   PrefixKV select_rows(const torch::Tensor& rows) const;
@@ -103,11 +104,15 @@ class TransformerImpl : public torch::nn::Module {
   /// With `prefix` (per layer [B, Hkv, Lp, D], no cache allowed) the tokens continue that prefix:
   /// attention sees its Lp keys before the new ones, `key_mask` is [B, Lp + T] and `positions`
   /// must be given. With `collect`, every layer's new keys and values ([B, Hkv, T, D], with
-  /// autograd) are appended to it, for use as a later call's prefix. Throws leap::ModelError when
-  /// a cache and a prefix are both given or the cache is too short.
+  /// autograd) are appended to it, for use as a later call's prefix. With `keep_from` > 0 only
+  /// the hidden states of columns [keep_from, T) are returned, [B, T - keep_from, hidden]: the
+  /// last layer computes its queries, attention and MLP only there (its keys and values, and
+  /// every earlier layer, still cover all T), which saves a 1 / layers share of the columns
+  /// before keep_from. Throws leap::ModelError when a cache and a prefix are both given, the
+  /// cache is too short, or keep_from is outside [0, T] or given with a cache.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions,
                         const torch::Tensor& key_mask = {}, KVCache* cache = nullptr,
-                        const PrefixKV* prefix = nullptr, PrefixKV* collect = nullptr);
+                        const PrefixKV* prefix = nullptr, PrefixKV* collect = nullptr, int64_t keep_from = 0);
   /// LM head on hidden states: [..., hidden] -> [..., vocab] in the model dtype.
   torch::Tensor logits(const torch::Tensor& hidden);
   /// forward + logits, converted to fp32.
@@ -196,8 +201,11 @@ TokenLogProbs completion_logprobs(Transformer& model, const torch::Tensor& token
 
 /// The keys and values of U shared prefixes (issue 19): `prefix_tokens` [U, Lp] int64, left
 /// padded, `prefix_mask` [U, Lp] marking real tokens. Per layer [U, Hkv, Lp, D], with autograd
-/// when grad mode is on, for continue_logprobs.
-PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask);
+/// when grad mode is on, for continue_logprobs. The final hidden states are kept from column
+/// `hidden_from` on (Lp or more: none, and the last layer computes only its keys and values),
+/// for spans that read the prefix.
+PrefixKV prefix_keys_values(Transformer& model, const torch::Tensor& prefix_tokens, const torch::Tensor& prefix_mask,
+                            int64_t hidden_from = 0);
 
 /// Log-probs of completions that continue shared prefixes: row b continues prefix
 /// `prefix_row[b]` (int64 [B]) of `prefix` / `prefix_mask` (from prefix_keys_values) with

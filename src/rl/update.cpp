@@ -30,6 +30,7 @@ struct Part {
   model::ScoreSpans score;       ///< set (score.row defined) when rows score other samples too, and
                                  ///< always with sharing: output k scores row score.row[k] from column
                                  ///< score.start[k] (with sharing, a column of [prefix | row])
+  int64_t first_read = 0;        ///< with sharing: the first column of [prefix | row] a span reads
 };
 
 /// A mini-batch: one or two parts (rows of very different lengths run apart, so short rows are
@@ -41,6 +42,7 @@ struct Batch {
   bool shared = false;            ///< the prefix fields are set
   torch::Tensor prefix_tokens;    ///< [U, Lp] int64, left padded
   torch::Tensor prefix_mask;      ///< [U, Lp] int64
+  int64_t prefix_hidden_from = 0; ///< the first prefix column a span reads (Lp: none)
 };
 
 /// Splits rows (with their prompt and completion lengths) into one part, or two when that cuts
@@ -176,6 +178,7 @@ Part make_tail_part(const std::vector<TrainSample>& samples, const std::vector<s
   part.completion_len = span_len;
   part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
                 span_len};
+  part.first_read = *std::min_element(span_start.begin(), span_start.end()) - 1;
   part.rows = std::move(out_rows);
   return part;
 }
@@ -311,6 +314,8 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
     }
   }
   b.shared = true;
+  b.prefix_hidden_from = Lp;
+  for (const auto& part : b.parts) b.prefix_hidden_from = std::min(b.prefix_hidden_from, part.first_read);
   b.prefix_tokens = pt.to(device);
   b.prefix_mask = pm.to(device);
   return b;
@@ -351,7 +356,7 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
   AutocastGuard ac(o.autocast_bf16 && m->device().is_cuda());
   const double temperature = o.temperature > 0 ? o.temperature : 1.0;
   model::PrefixKV kv;
-  if (b.shared) kv = model::prefix_keys_values(m, b.prefix_tokens, b.prefix_mask);
+  if (b.shared) kv = model::prefix_keys_values(m, b.prefix_tokens, b.prefix_mask, b.prefix_hidden_from);
   std::vector<torch::Tensor> lps, ents;
   std::vector<int64_t> rows;
   for (const auto& part : b.parts) {
