@@ -637,3 +637,44 @@ TEST_CASE("transformer: forward with keep_from returns the full forward's last c
   }
   CHECK_THROWS(model->forward(tokens, pos, km, nullptr, nullptr, nullptr, 10));
 }
+
+TEST_CASE("update: samples with the same context fill mini-batches together, whatever the shuffle") {
+  std::mt19937_64 rng(53);
+  // One group's task prompt; two contexts (X, Y) that add 3 tokens to it, each the context of 4
+  // samples with completions that differ from their first token. The 8 samples are one share
+  // unit (the task prompt is most of each context). With mini-batches of 4, each batch should
+  // hold one context's 4 samples: the context (23 tokens) runs once as the prefix, the rows run
+  // only their 5 completion tokens. A mixed batch would share only the task prompt.
+  const auto task = random_ids(rng, 20);
+  std::vector<rl::TrainSample> samples;
+  for (int c = 0; c < 2; ++c) {
+    auto ctx = task;
+    const auto extra = random_ids(rng, 3);
+    ctx.insert(ctx.end(), extra.begin(), extra.end());
+    for (int i = 0; i < 4; ++i) {
+      rl::TrainSample s;
+      s.prompt_ids = ctx;
+      s.completion_ids = random_ids(rng, 5);
+      s.completion_ids[0] = 4 * c + i;  // distinct first tokens
+      s.advantage = i % 2 ? 0.5 : -0.5;
+      s.segment_id = static_cast<int64_t>(samples.size());
+      samples.push_back(s);
+    }
+  }
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    CAPTURE(seed);
+    auto model = small_model(17);
+    auto data = samples;
+    rl::UpdateOptions o;
+    o.mini_batch_size = 4;
+    o.seed = seed;
+    o.max_grad_norm = 0;
+    rl::compute_old_logprobs(model, nullptr, data, o);
+    std::vector<at::Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p);
+    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+    const auto st = rl::ppo_update(model, opt, params, data, o);
+    CHECK(st.optimizer_steps == 2);
+    CHECK(st.tokens_run == 2 * (23 + 4 * 5));
+  }
+}

@@ -609,26 +609,39 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
   std::vector<const std::vector<int64_t>*> contexts;
   for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
   // Inside a unit, a sample stays next to the samples that continue it (its rollout's later
-  // turns, identical samples: nest_samples), so a batch can score them in one row.
-  std::vector<std::vector<std::vector<size_t>>> units;
+  // turns, identical samples: nest_samples), so a batch can score them in one row; and nests
+  // whose first samples have the same context stay next to each other (a cluster), so a batch
+  // runs that whole context once.
+  using Nest = std::vector<size_t>;
+  using Cluster = std::vector<Nest>;
+  std::vector<std::vector<Cluster>> units;
   auto add_unit = [&](const std::vector<size_t>& members) {
     auto nests = nest_samples(members.size(), [&](size_t k) -> const TrainSample& { return samples[members[k]]; });
     for (auto& g : nests)
       for (auto& k : g) k = members[k];
-    units.push_back(std::move(nests));
+    const auto context = [&](const Nest& g) -> const std::vector<int64_t>& { return samples[g.front()].prompt_ids; };
+    std::stable_sort(nests.begin(), nests.end(), [&](const Nest& a, const Nest& b) { return context(a) < context(b); });
+    std::vector<Cluster> clusters;
+    for (auto& g : nests) {
+      if (clusters.empty() || context(clusters.back().front()) != context(g)) clusters.emplace_back();
+      clusters.back().push_back(std::move(g));
+    }
+    units.push_back(std::move(clusters));
   };
   for (auto& u : plan_prompt_sharing(contexts)) add_unit(u.members);
   if (units.empty())  // a context of < 2 tokens: every sample on its own
-    for (size_t i = 0; i < samples.size(); ++i) units.push_back({{i}});
+    for (size_t i = 0; i < samples.size(); ++i) units.push_back({{{i}}});
   for (int64_t epoch = 0; epoch < std::max<int64_t>(1, o.ppo_epochs); ++epoch) {
     std::shuffle(units.begin(), units.end(), rng);
     order.clear();
     for (auto& u : units) {
       std::shuffle(u.begin(), u.end(), rng);
+      for (auto& c : u) std::shuffle(c.begin(), c.end(), rng);
       // Nests in that order, except that a nest which would straddle a mini-batch boundary waits
       // for the first later one that fits the space left (a split nest runs as two rows).
-      std::vector<const std::vector<size_t>*> pending;
-      for (const auto& g : u) pending.push_back(&g);
+      std::vector<const Nest*> pending;
+      for (const auto& c : u)
+        for (const auto& g : c) pending.push_back(&g);
       while (!pending.empty()) {
         const size_t space = mb - order.size() % mb;
         size_t pick = 0;
