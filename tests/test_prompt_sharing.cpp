@@ -98,6 +98,21 @@ TEST_CASE("prompt sharing: planner units, prefix lengths and the token fraction"
   std::vector<const std::vector<int64_t>*> qp = {&q[0], &q[1]};
   CHECK(rl::plan_prompt_sharing(qp, 4).size() == 2);
   CHECK(rl::plan_prompt_sharing(qp, 3).size() == 1);
+  // Three rows that share a long context (the task, then 20 more tokens) and one that shares
+  // only the task, sorted first: the long context is a unit of its own (30 + 3 x 3 + 15 = 54
+  // tokens run), not one unit on the task (10 + 5 + 3 x 23 = 84).
+  std::vector<int64_t> ctx = task;
+  for (int64_t t = 0; t < 20; ++t) ctx.push_back(40 + t);
+  std::vector<std::vector<int64_t>> r = {with({11, 12, 13, 14, 15}), ctx, ctx, ctx};
+  for (int64_t k = 1; k <= 3; ++k) r[static_cast<size_t>(k)].insert(r[static_cast<size_t>(k)].end(), {k, k + 1, k + 2});
+  std::vector<const std::vector<int64_t>*> rp;
+  for (auto& x : r) rp.push_back(&x);
+  const auto rplan = rl::plan_prompt_sharing(rp, 4);
+  REQUIRE(rplan.size() == 2);
+  const auto& long_unit = rplan[0].members.size() == 3 ? rplan[0] : rplan[1];
+  CHECK(long_unit.members.size() == 3);
+  CHECK(long_unit.prefix_len == 30);
+  CHECK(rl::shared_prompt_fraction(rp, rplan) == doctest::Approx(54.0 / 114.0));
 }
 
 TEST_CASE("prompt sharing: shared-prefix log-probs, entropies and gradients equal the unshared forward (fp32)") {

@@ -17,12 +17,15 @@ struct ShareUnit {
   size_t prefix_len = 0;
 };
 
-/// Partitions the prompts into share units: prompts sorted lexicographically, then a greedy pass
-/// that adds the next prompt to the current unit while the tokens saved, (members - 1) *
-/// prefix_len, do not drop and the common prefix keeps at least `min_prefix` tokens; otherwise it
-/// opens a new unit. Every index appears in exactly one unit. Returns an empty plan when some
-/// prompt has fewer than 2 tokens (nothing to share; the caller runs the unshared path). The
-/// result depends only on the prompts, not on their order (equal prompts are interchangeable).
+/// Partitions the prompts into share units: prompts sorted lexicographically, then cut into
+/// runs of consecutive prompts so that the tokens run (each unit's prefix once, plus every
+/// member's rest) are fewest (dynamic programming over the cut points; a tie keeps fewer
+/// units). A unit of two or more shares its members' common prefix, at least `min_prefix`
+/// tokens; a unit of one holds all its tokens but one as its prefix. Every index appears in
+/// exactly one unit. Returns an empty plan when some prompt has fewer than 2 tokens (nothing to
+/// share; the caller runs the unshared path). The result depends only on the prompts, not on
+/// their order (equal prompts are interchangeable). Padding (prefixes of different lengths run
+/// as one left-padded batch) is not counted.
 std::vector<ShareUnit> plan_prompt_sharing(const std::vector<const std::vector<int64_t>*>& prompts,
                                            size_t min_prefix = 16);
 
