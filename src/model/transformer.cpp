@@ -214,6 +214,22 @@ class AttentionImpl : public torch::nn::Module {
     const bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
     if (T == 1 && !grad && decode_attention_supported(q, k, v, mk))
       return o_proj(decode_attention_cpu(q, k, v, mk).view({B, T, heads * head_dim}));
+    // On the CPU with an additive mask (a training or prefill forward), the queries run in
+    // blocks of 256, each against the keys up to its last position only: the causal part of the
+    // mask hides every later key from the whole block, and SDPA with a mask computes every key.
+    constexpr int64_t kBlock = 256;
+    const int64_t S = k.size(2);
+    if (mk.defined() && mk.is_floating_point() && q.device().is_cpu() && Tq >= 2 * kBlock) {
+      const int64_t first = S - Tq;  // key position of query row 0 (prefix, cache or query_from before it)
+      std::vector<torch::Tensor> outs;
+      for (int64_t a = 0; a < Tq; a += kBlock) {
+        const int64_t n = std::min(kBlock, Tq - a), keys = first + a + n;
+        outs.push_back(at::scaled_dot_product_attention(q.narrow(2, a, n), k.narrow(2, 0, keys), v.narrow(2, 0, keys),
+                                                        mk.narrow(2, a, n).narrow(3, 0, keys), 0.0, false,
+                                                        std::nullopt, heads != kv_heads));
+      }
+      return o_proj(torch::cat(outs, 2).transpose(1, 2).reshape({B, Tq, heads * head_dim}));
+    }
     auto out = at::scaled_dot_product_attention(q, k, v, mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt,
                                                 0.0, causal, std::nullopt, heads != kv_heads);
     return o_proj(out.transpose(1, 2).reshape({B, Tq, heads * head_dim}));
