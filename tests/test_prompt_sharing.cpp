@@ -61,6 +61,56 @@ std::vector<torch::Tensor> grads_of(Transformer& m) {
 
 double max_abs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
 
+/// One update of a fresh small_model(model_seed): old and reference (small_model(model_seed + 1))
+/// log-probs, the policy moved by 0.01 so the ratios and clipping are exercised, one ppo_update
+/// with SGD(0.5) under `o`. Returns the samples with their log-probs, the weights and the stats.
+struct UpdateRun {
+  std::vector<rl::TrainSample> data;
+  std::vector<torch::Tensor> weights;
+  rl::UpdateStats stats;
+};
+UpdateRun run_update(const std::vector<rl::TrainSample>& samples, uint64_t model_seed, const rl::UpdateOptions& o) {
+  auto model = small_model(model_seed);
+  auto ref = small_model(model_seed + 1);
+  UpdateRun run{samples, {}, {}};
+  rl::compute_old_logprobs(model, &ref, run.data, o);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : model->parameters()) p.add_(0.01 * torch::ones_like(p));
+  }
+  std::vector<at::Tensor> params;
+  for (auto& p : model->parameters()) params.push_back(p);
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.5));
+  run.stats = rl::ppo_update(model, opt, params, run.data, o);
+  for (auto& p : model->parameters()) run.weights.push_back(p.detach().clone());
+  return run;
+}
+
+/// Checks that two run_update results (unshared a, shared b) agree: old and reference log-probs,
+/// weights (and that the update moved them), loss and KL.
+void check_same_update(const UpdateRun& a, const UpdateRun& b, uint64_t model_seed) {
+  double lp_diff = 0;
+  for (size_t i = 0; i < a.data.size(); ++i)
+    for (size_t j = 0; j < a.data[i].old_logp.size(); ++j) {
+      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(a.data[i].old_logp[j] - b.data[i].old_logp[j])));
+      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(a.data[i].ref_logp[j] - b.data[i].ref_logp[j])));
+    }
+  CHECK(lp_diff < 2e-5);
+  double w_diff = 0, moved = 0;
+  auto start = small_model(model_seed);
+  auto sp = start->parameters();
+  for (size_t i = 0; i < a.weights.size(); ++i) {
+    w_diff = std::max(w_diff, max_abs(a.weights[i] - b.weights[i]));
+    moved = std::max(moved, max_abs(a.weights[i] - (sp[i].detach() + 0.01)));
+  }
+  CAPTURE(w_diff);
+  CAPTURE(moved);
+  REQUIRE(moved > 1e-3);  // the update did something
+  CHECK(w_diff < 1e-5 * std::max(1.0, moved) + 1e-6);
+  CHECK(a.stats.loss == doctest::Approx(b.stats.loss).epsilon(1e-4));
+  CHECK(a.stats.kl == doctest::Approx(b.stats.kl).epsilon(1e-3));
+}
+
 }  // namespace
 
 TEST_CASE("prompt sharing: planner units, prefix lengths and the token fraction") {
@@ -206,43 +256,23 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
       samples.push_back(s);
     }
   }
-  auto run = [&](bool share) {
-    auto model = small_model(3);
-    auto ref = small_model(4);
-    auto data = samples;
-    rl::UpdateOptions o;
-    o.share_prompts = share;
-    o.mini_batch_size = 4;
-    o.grad_accum = 2;
-    o.seed = 1;
-    o.loss.kl_beta = 0.05;
-    o.temperature = 0.9;
-    o.max_grad_norm = 0;
-    rl::compute_old_logprobs(model, &ref, data, o);
-    // Start away from the old policy so the ratios and clipping are exercised.
-    {
-      torch::NoGradGuard ng;
-      for (auto& p : model->parameters()) p.add_(0.01 * torch::ones_like(p));
-    }
-    std::vector<at::Tensor> params;
-    for (auto& p : model->parameters()) params.push_back(p);
-    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.5));
-    auto st = rl::ppo_update(model, opt, params, data, o);
-    std::vector<torch::Tensor> w;
-    for (auto& p : model->parameters()) w.push_back(p.detach().clone());
-    return std::make_tuple(data, w, st);
-  };
-  auto [d0, w0, s0] = run(false);
-  auto [d1, w1, s1] = run(true);
+  rl::UpdateOptions o;
+  o.mini_batch_size = 4;
+  o.grad_accum = 2;
+  o.seed = 1;
+  o.loss.kl_beta = 0.05;
+  o.temperature = 0.9;
+  o.max_grad_norm = 0;
+  o.share_prompts = false;
+  const auto r0 = run_update(samples, 3, o);
+  o.share_prompts = true;
+  const auto r1 = run_update(samples, 3, o);
+  const auto& d1 = r1.data;
+  const auto& s0 = r0.stats;
+  const auto& s1 = r1.stats;
   CHECK(s0.samples_in_other_rows == 0);
   CHECK(s1.samples_in_other_rows >= 2);  // some turn-1 samples were scored inside turn-2 rows
-  double lp_diff = 0;
-  for (size_t i = 0; i < d0.size(); ++i)
-    for (size_t j = 0; j < d0[i].old_logp.size(); ++j) {
-      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].old_logp[j] - d1[i].old_logp[j])));
-      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].ref_logp[j] - d1[i].ref_logp[j])));
-    }
-  CHECK(lp_diff < 2e-5);
+  check_same_update(r0, r1, 3);
   // Independently of the batching (padding, parts, row order): each sample alone.
   {
     auto model = small_model(3);
@@ -259,20 +289,7 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
     }
     CHECK(alone < 2e-5);
   }
-  double w_diff = 0, moved = 0;
-  auto start = small_model(3);
-  auto sp = start->parameters();
-  for (size_t i = 0; i < w0.size(); ++i) {
-    w_diff = std::max(w_diff, max_abs(w0[i] - w1[i]));
-    moved = std::max(moved, max_abs(w0[i] - (sp[i].detach() + 0.01)));
-  }
-  CAPTURE(w_diff);
-  CAPTURE(moved);
-  REQUIRE(moved > 1e-3);  // the update did something
-  CHECK(w_diff < 1e-5 * std::max(1.0, moved) + 1e-6);
-  CHECK(s0.loss == doctest::Approx(s1.loss).epsilon(1e-4));
   CHECK(s0.entropy == doctest::Approx(s1.entropy).epsilon(1e-4));
-  CHECK(s0.kl == doctest::Approx(s1.kl).epsilon(1e-3));
 }
 
 TEST_CASE("prompt sharing: prefilling each distinct prompt once leaves generation unchanged") {
@@ -568,32 +585,18 @@ TEST_CASE("prompt sharing: identical turn-2 contexts run once with the turn-1 sa
   add(task, A, -0.5);
   add(task, B, 1.0);
   for (size_t k = 0; k < 3; ++k) add(ctx2, comp2[k], k == 1 ? 1.2 : -0.4);
-  auto run = [&](bool share) {
-    auto model = small_model(13);
-    auto ref = small_model(14);
-    auto data = samples;
-    rl::UpdateOptions o;
-    o.share_prompts = share;
-    o.mini_batch_size = 6;
-    o.seed = 2;
-    o.loss.kl_beta = 0.05;
-    o.temperature = 0.9;
-    o.max_grad_norm = 0;
-    rl::compute_old_logprobs(model, &ref, data, o);
-    {
-      torch::NoGradGuard ng;
-      for (auto& p : model->parameters()) p.add_(0.01 * torch::ones_like(p));
-    }
-    std::vector<at::Tensor> params;
-    for (auto& p : model->parameters()) params.push_back(p);
-    torch::optim::SGD opt(params, torch::optim::SGDOptions(0.5));
-    auto st = rl::ppo_update(model, opt, params, data, o);
-    std::vector<torch::Tensor> w;
-    for (auto& p : model->parameters()) w.push_back(p.detach().clone());
-    return std::make_tuple(data, w, st);
-  };
-  auto [d0, w0, s0] = run(false);
-  auto [d1, w1, s1] = run(true);
+  rl::UpdateOptions o;
+  o.mini_batch_size = 6;
+  o.seed = 2;
+  o.loss.kl_beta = 0.05;
+  o.temperature = 0.9;
+  o.max_grad_norm = 0;
+  o.share_prompts = false;
+  const auto r0 = run_update(samples, 13, o);
+  o.share_prompts = true;
+  const auto r1 = run_update(samples, 13, o);
+  const auto& s0 = r0.stats;
+  const auto& s1 = r1.stats;
   // Unshared: the 3 turn-1 rows (38 tokens) and the 3 turn-2 rows (64) run as two parts. Shared: the turn-2 context (58 tokens) runs once as a
   // prefix, holding both copies of A; the turn-2 rows run only their 6 completion tokens; B is a
   // unit of its own (prefix padded to 58, one token in its row): at most 2 x 58 + 4 x 6 columns.
@@ -601,25 +604,7 @@ TEST_CASE("prompt sharing: identical turn-2 contexts run once with the turn-1 sa
   CAPTURE(s1.tokens_run);
   CHECK(s1.tokens_run <= 2 * 58 + 4 * 6);
   CHECK(s1.samples_in_other_rows == 2);
-  double lp_diff = 0;
-  for (size_t i = 0; i < d0.size(); ++i)
-    for (size_t j = 0; j < d0[i].old_logp.size(); ++j) {
-      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].old_logp[j] - d1[i].old_logp[j])));
-      lp_diff = std::max(lp_diff, std::abs(static_cast<double>(d0[i].ref_logp[j] - d1[i].ref_logp[j])));
-    }
-  CHECK(lp_diff < 2e-5);
-  double w_diff = 0, moved = 0;
-  auto start = small_model(13);
-  auto sp = start->parameters();
-  for (size_t i = 0; i < w0.size(); ++i) {
-    w_diff = std::max(w_diff, max_abs(w0[i] - w1[i]));
-    moved = std::max(moved, max_abs(w0[i] - (sp[i].detach() + 0.01)));
-  }
-  CAPTURE(w_diff);
-  REQUIRE(moved > 1e-3);
-  CHECK(w_diff < 1e-5 * std::max(1.0, moved) + 1e-6);
-  CHECK(s0.loss == doctest::Approx(s1.loss).epsilon(1e-4));
-  CHECK(s0.kl == doctest::Approx(s1.kl).epsilon(1e-3));
+  check_same_update(r0, r1, 13);
 }
 
 TEST_CASE("transformer: forward with keep_from returns the full forward's last columns") {

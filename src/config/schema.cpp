@@ -205,7 +205,8 @@ std::vector<Field> build() {
   s.push_back(F("train.grad_accum", FT::Int, member(&E_::train, &TrainConfig::grad_accum),
                 "micro-batches accumulated per optimizer step", 1, 100000));
   s.push_back(F("train.share_prompts", FT::Bool, member(&E_::train, &TrainConfig::share_prompts),
-                "samples of a micro-batch that share a prompt prefix run it once (exact gradients); "
+                "samples of a micro-batch that share a token prefix (context, and completion tokens too) run it once "
+                "(exact gradients); "
                 "false = every sample runs its whole context"));
   s.push_back(E("train.old_logprobs", {"auto", "rollout", "recompute"},
                 member(&E_::train, &TrainConfig::old_logprobs),

@@ -74,9 +74,46 @@ std::vector<std::vector<int64_t>> split_rows(const std::vector<int64_t>& plen, c
           std::vector<int64_t>(order.begin() + static_cast<long>(cut), order.end())};
 }
 
+/// Fills a part's [n, W] token and mask tensors and its spans; both layouts below use it.
+struct PartBuilder {
+  PartBuilder(int64_t n, int64_t W, int64_t pad_id)
+      : tokens(torch::full({n, W}, pad_id, torch::kInt64)), mask(torch::zeros({n, W}, torch::kInt64)),
+        tk(tokens.accessor<int64_t, 2>()), mk(mask.accessor<int64_t, 2>()) {}
+  /// Puts `token` (a real one) at row b, column col.
+  void put(int64_t b, int64_t col, int64_t token) {
+    tk[b][col] = token;
+    mk[b][col] = 1;
+  }
+  /// Output `sample` scores its `n` completion tokens from column `start` of row b on.
+  void score(int64_t sample, int64_t b, int64_t start, size_t n) {
+    rows.push_back(sample);
+    span_row.push_back(b);
+    span_start.push_back(start);
+    span_len = std::max<int64_t>(span_len, static_cast<int64_t>(n));
+  }
+  /// The part on `device`; spans set when `spans` (otherwise outputs are the rows, last C columns).
+  Part finish(torch::Device device, int64_t completion_len, bool spans) {
+    Part part;
+    part.tokens = tokens.to(device);
+    part.attention_mask = mask.to(device);
+    part.completion_len = completion_len;
+    if (spans) {
+      part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
+                    span_len};
+      part.first_read = *std::min_element(span_start.begin(), span_start.end()) - 1;
+    }
+    part.rows = std::move(rows);
+    return part;
+  }
+  torch::Tensor tokens, mask;
+  at::TensorAccessor<int64_t, 2> tk, mk;
+  std::vector<int64_t> rows, span_row, span_start;
+  int64_t span_len = 1;
+};
+
 /// The part whose rows are the samples samples[idx[rows]], unshared: [pad.. prompt | completion
 /// ..pad]. `carried[r]` (empty: none) lists the other samples row r scores.
-Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, std::vector<int64_t> rows,
+Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, const std::vector<int64_t>& rows,
                const std::vector<std::vector<int64_t>>& carried, int64_t pad_id, torch::Device device) {
   const auto at = [&](int64_t r) -> const TrainSample& { return samples[idx[static_cast<size_t>(r)]]; };
   int64_t P = 0, C = 1;
@@ -85,47 +122,22 @@ Part make_part(const std::vector<TrainSample>& samples, const std::vector<size_t
     C = std::max<int64_t>(C, static_cast<int64_t>(at(r).completion_ids.size()));
   }
   const int64_t n = static_cast<int64_t>(rows.size());
-  auto tokens = torch::full({n, P + C}, pad_id, torch::kInt64);
-  auto mask = torch::zeros({n, P + C}, torch::kInt64);
-  auto tk = tokens.accessor<int64_t, 2>();
-  auto mk = mask.accessor<int64_t, 2>();
-  std::vector<int64_t> out_rows, span_row, span_start;
-  int64_t span_len = 1;
+  PartBuilder pb(n, P + C, pad_id);
   for (int64_t b = 0; b < n; ++b) {
     const int64_t r = rows[static_cast<size_t>(b)];
     const auto& s = at(r);
     const int64_t p = static_cast<int64_t>(s.prompt_ids.size());
-    for (int64_t j = 0; j < p; ++j) {
-      tk[b][P - p + j] = s.prompt_ids[static_cast<size_t>(j)];
-      mk[b][P - p + j] = 1;
-    }
-    for (int64_t j = 0; j < static_cast<int64_t>(s.completion_ids.size()); ++j) {
-      tk[b][P + j] = s.completion_ids[static_cast<size_t>(j)];
-      mk[b][P + j] = 1;
-    }
-    out_rows.push_back(r);
-    span_row.push_back(b);
-    span_start.push_back(P);
-    span_len = std::max<int64_t>(span_len, static_cast<int64_t>(s.completion_ids.size()));
+    for (int64_t j = 0; j < p; ++j) pb.put(b, P - p + j, s.prompt_ids[static_cast<size_t>(j)]);
+    for (size_t j = 0; j < s.completion_ids.size(); ++j) pb.put(b, P + static_cast<int64_t>(j), s.completion_ids[j]);
+    pb.score(r, b, P, s.completion_ids.size());
     if (carried.empty()) continue;
-    for (int64_t c : carried[static_cast<size_t>(r)]) {
-      // c's context + completion are this row's first tokens: its completion starts at column
-      // P - p + |c's prompt|.
-      out_rows.push_back(c);
-      span_row.push_back(b);
-      span_start.push_back(P - p + static_cast<int64_t>(at(c).prompt_ids.size()));
-      span_len = std::max<int64_t>(span_len, static_cast<int64_t>(at(c).completion_ids.size()));
-    }
+    // c's context + completion are this row's first tokens: its completion starts at column
+    // P - p + |c's prompt|.
+    for (int64_t c : carried[static_cast<size_t>(r)])
+      pb.score(c, b, P - p + static_cast<int64_t>(at(c).prompt_ids.size()), at(c).completion_ids.size());
   }
-  Part part;
-  part.tokens = tokens.to(device);
-  part.attention_mask = mask.to(device);
-  part.completion_len = C;
-  if (out_rows.size() != rows.size())
-    part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
-                  span_len};
-  part.rows = std::move(out_rows);
-  return part;
+  const bool spans = pb.rows.size() != rows.size();
+  return pb.finish(device, C, spans);
 }
 
 /// Tokens of a sample's context + completion, and the k-th of them.
@@ -138,49 +150,31 @@ int64_t seq_token(const TrainSample& s, size_t k) {
 /// sample samples[idx[rows[b]]]'s context + completion from token skip[row] on, from column 0
 /// (right padded), so that a span may run on from the prefix into the row. Every sample the row
 /// scores (itself and `carried[row]`) is a span in the columns of [prefix | row].
-Part make_tail_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx, std::vector<int64_t> rows,
-                    const std::vector<size_t>& skip, const std::vector<std::vector<int64_t>>& carried, int64_t Lp,
-                    int64_t pad_id, torch::Device device) {
+Part make_tail_part(const std::vector<TrainSample>& samples, const std::vector<size_t>& idx,
+                    const std::vector<int64_t>& rows, const std::vector<size_t>& skip,
+                    const std::vector<std::vector<int64_t>>& carried, int64_t Lp, int64_t pad_id, torch::Device device) {
   const auto at = [&](int64_t r) -> const TrainSample& { return samples[idx[static_cast<size_t>(r)]]; };
   int64_t W = 1;
   for (int64_t r : rows)
     W = std::max<int64_t>(W, static_cast<int64_t>(seq_len(at(r)) - skip[static_cast<size_t>(r)]));
   const int64_t n = static_cast<int64_t>(rows.size());
-  auto tokens = torch::full({n, W}, pad_id, torch::kInt64);
-  auto mask = torch::zeros({n, W}, torch::kInt64);
-  auto tk = tokens.accessor<int64_t, 2>();
-  auto mk = mask.accessor<int64_t, 2>();
-  std::vector<int64_t> out_rows, span_row, span_start;
-  int64_t span_len = 1;
+  PartBuilder pb(n, W, pad_id);
   for (int64_t b = 0; b < n; ++b) {
     const int64_t r = rows[static_cast<size_t>(b)];
     const size_t from = skip[static_cast<size_t>(r)];
-    for (size_t k = from; k < seq_len(at(r)); ++k) {
-      tk[b][static_cast<int64_t>(k - from)] = seq_token(at(r), k);
-      mk[b][static_cast<int64_t>(k - from)] = 1;
-    }
+    for (size_t k = from; k < seq_len(at(r)); ++k) pb.put(b, static_cast<int64_t>(k - from), seq_token(at(r), k));
     auto score = [&](int64_t c) {
       // c's first completion token is token |c's context| of this row's sequence. (An empty
       // completion scores nothing; its span only has to lie inside the row.)
       const int64_t start = Lp + static_cast<int64_t>(at(c).prompt_ids.size()) - static_cast<int64_t>(from);
-      out_rows.push_back(c);
-      span_row.push_back(b);
-      span_start.push_back(std::min(start, Lp + W - 1));
-      span_len = std::max<int64_t>(span_len, static_cast<int64_t>(at(c).completion_ids.size()));
+      pb.score(c, b, std::min(start, Lp + W - 1), at(c).completion_ids.size());
     };
     score(r);
     if (!carried.empty())
       for (int64_t c : carried[static_cast<size_t>(r)]) score(c);
   }
-  Part part;
-  part.tokens = tokens.to(device);
-  part.attention_mask = mask.to(device);
-  part.completion_len = span_len;
-  part.score = {torch::tensor(span_row, torch::kInt64).to(device), torch::tensor(span_start, torch::kInt64).to(device),
-                span_len};
-  part.first_read = *std::min_element(span_start.begin(), span_start.end()) - 1;
-  part.rows = std::move(out_rows);
-  return part;
+  const int64_t span_len = pb.span_len;
+  return pb.finish(device, span_len, true);
 }
 
 /// Whether sample a's context + completion are the first tokens of sample b's.
@@ -272,7 +266,7 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
     for (auto& hrows : split_rows(plen, clen)) {
       std::vector<int64_t> rows;
       for (int64_t k : hrows) rows.push_back(hosts[static_cast<size_t>(k)]);
-      b.parts.push_back(make_part(samples, idx, std::move(rows), carried, pad_id, device));
+      b.parts.push_back(make_part(samples, idx, rows, carried, pad_id, device));
     }
     return b;
   }
@@ -296,7 +290,7 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
       rows.push_back(hosts[static_cast<size_t>(k)]);
       units.push_back(row_unit[static_cast<size_t>(rows.back())]);
     }
-    b.parts.push_back(make_tail_part(samples, idx, std::move(rows), skip, carried, Lp, pad_id, device));
+    b.parts.push_back(make_tail_part(samples, idx, rows, skip, carried, Lp, pad_id, device));
     b.parts.back().prefix_row = torch::tensor(units, torch::kInt64).to(device);
   }
   const int64_t U = static_cast<int64_t>(plan.size());
