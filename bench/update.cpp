@@ -6,9 +6,18 @@
 // ratios shared / unshared is printed with its range. The defaults are the quickstart's steps as
 // its store shows them: turn 1, 16 samples of ~570 context + ~200 completion tokens; turn 2, 5-11
 // samples of ~930-1230 context (the turn-1 context, its completion and the feedback) + ~250-310.
+// Every synthetic turn-2 context differs from the others past the task prompt: the worst case.
+//
+// --store DB replays a finished run's RL steps instead (the latest run, or --run ID): each turn's
+// stored context and completion text, tokenized again with --tokenizer's tokenizer.json, becomes a
+// sample with its stored advantage, and a side runs every step's update as that run's trainer did
+// (the quickstart's settings: old log-probs from the rollout, no KL, segment_mean, temperature
+// 0.7, max_len 400, mini-batches of --mini-batch). Summaries (compaction) are not stored as turns
+// and are left out. The quickstart's policy runs on one thread: pass --threads 1 to match it.
 //   ninja -C build bench_update && ./build/bench_update [--pairs 5] [--preset tiny|qwen2.5-1.5b]
 //       [--groups 2] [--group-size 8] [--prompt 570] [--turn2 4] [--extra 500] [--completion 220]
-//       [--mini-batch 8] [--device cpu|cuda] [--dtype fp32|bf16] [--checkpointing 0|1]
+//       [--mini-batch 8] [--device cpu|cuda] [--dtype fp32|bf16] [--checkpointing 0|1] [--threads 0]
+//       [--store results/leap.db [--run ID] [--tokenizer models/tiny]]
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -19,10 +28,13 @@
 #include <vector>
 
 #include "model/hf_config.hpp"
+#include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
 #include "pairs.hpp"
 #include "rl/prompt_sharing.hpp"
 #include "rl/update.hpp"
+#include "store/database.hpp"
+#include "store/statement.hpp"
 
 using namespace leap;
 
@@ -40,13 +52,68 @@ std::string preset_config(const std::string& preset) {
   throw std::runtime_error("unknown preset " + preset + " (tiny, qwen2.5-1.5b)");
 }
 
+/// One RL step's samples as a finished run stored them, and how many tokens did not re-tokenize
+/// to the stored counts.
+struct StoredStep {
+  int64_t step = 0;
+  std::vector<rl::TrainSample> samples;
+};
+
+/// The RL steps of run `run_id` (empty: the latest run) in store `db_path`, each turn a sample:
+/// its stored context and completion re-tokenized with `tok`, its stored advantage, a segment per
+/// (rollout, segment index), the stop token put back at the end of a finished completion.
+/// `mismatched` counts the turns whose token counts differ from the
+/// stored ones. Throws when the store has no such run or the run no turns.
+std::vector<StoredStep> load_run(const std::string& db_path, std::string* run_id, const model::Tokenizer& tok,
+                                 int64_t* mismatched) {
+  const auto stop_id = tok.token_to_id("<|im_end|>");
+  if (!stop_id) throw std::runtime_error("the tokenizer has no <|im_end|> token");
+  const int64_t stop = *stop_id;
+  store::OpenOptions oo;
+  oo.read_only = true;
+  store::Database db(db_path, oo);
+  if (run_id->empty()) {
+    auto q = db.prepare("SELECT id FROM runs WHERE kind = 'train' ORDER BY started_at DESC, rowid DESC LIMIT 1");
+    if (!q.step()) throw std::runtime_error(db_path + ": no runs");
+    *run_id = q.column_text(0);
+  }
+  auto q = db.prepare(
+      "SELECT g.step, ro.id, t.segment_index, t.prompt, t.completion, t.prompt_tokens, t.completion_tokens, "
+      "t.advantage FROM turns t JOIN rollouts ro ON t.rollout_id = ro.id JOIN groups g ON ro.group_id = g.id "
+      "WHERE g.run_id = ?1 ORDER BY g.step, g.group_index, ro.rollout_index, t.turn_index");
+  q.bind_text(1, *run_id);
+  std::vector<StoredStep> steps;
+  *mismatched = 0;
+  while (q.step()) {
+    const int64_t step = q.column_int64(0);
+    if (steps.empty() || steps.back().step != step) steps.push_back({step, {}});
+    rl::TrainSample s;
+    const auto context = tok.encode(q.column_text(3)), completion = tok.encode(q.column_text(4));
+    s.prompt_ids.assign(context.begin(), context.end());
+    s.completion_ids.assign(completion.begin(), completion.end());
+    // The stored completion text leaves out the stop token a finished turn ended with.
+    if (static_cast<int64_t>(s.completion_ids.size()) < q.column_int64(6)) s.completion_ids.push_back(stop);
+    if (static_cast<int64_t>(s.prompt_ids.size()) != q.column_int64(5) ||
+        static_cast<int64_t>(s.completion_ids.size()) != q.column_int64(6))
+      *mismatched += 1;
+    s.segment_id = q.column_int64(1) * 4096 + q.column_int64(2);
+    s.advantage = q.column_double(7);
+    s.rollout_logp.assign(s.completion_ids.size(), -1.0f);  // old log-probs from the rollout
+    steps.back().samples.push_back(std::move(s));
+  }
+  if (steps.empty()) throw std::runtime_error(db_path + ": run " + *run_id + " has no stored turns");
+  return steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::map<std::string, std::string> a = {{"--pairs", "5"},      {"--preset", "tiny"},     {"--groups", "2"},
                                           {"--group-size", "8"}, {"--prompt", "570"},      {"--turn2", "4"},
                                           {"--extra", "500"},    {"--completion", "220"},  {"--mini-batch", "8"},
-                                          {"--device", "cpu"},   {"--dtype", "fp32"},      {"--checkpointing", "0"}};
+                                          {"--device", "cpu"},   {"--dtype", "fp32"},      {"--checkpointing", "0"},
+                                          {"--threads", "0"},    {"--store", ""},          {"--run", ""},
+                                          {"--tokenizer", "models/tiny"}};
   for (int i = 1; i < argc; i += 2) {
     if (!a.count(argv[i]) || i + 1 >= argc) {
       std::cerr << "bench_update: unknown option or missing value: " << argv[i] << "\n";
@@ -56,6 +123,7 @@ int main(int argc, char** argv) {
   }
   const auto I = [&](const char* k) { return std::stoll(a[k]); };
   try {
+    if (I("--threads") > 0) at::set_num_threads(static_cast<int>(I("--threads")));
     const torch::Device dev = a["--device"] == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     const bool bf16 = a["--dtype"] == "bf16";
     model::Transformer policy(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
@@ -94,10 +162,51 @@ int main(int argc, char** argv) {
         samples.push_back(std::move(s));
       }
     }
+    // --store: a finished run's steps replace the synthetic samples.
+    std::vector<StoredStep> replay;
+    if (!a["--store"].empty()) {
+      const auto tok = model::Tokenizer::from_file(a["--tokenizer"]);
+      int64_t mismatched = 0;
+      replay = load_run(a["--store"], &a["--run"], tok, &mismatched);
+      size_t n = 0;
+      int64_t ctx = 0, comp = 0;
+      for (const auto& st : replay)
+        for (const auto& s : st.samples) {
+          n += 1;
+          ctx += static_cast<int64_t>(s.prompt_ids.size());
+          comp += static_cast<int64_t>(s.completion_ids.size());
+          for (auto t : s.prompt_ids)
+            if (t >= V) throw std::runtime_error("token id " + std::to_string(t) + " >= the preset's vocabulary");
+        }
+      std::printf("bench_update: replaying run %s of %s: %zu RL steps, %zu samples (%lld context + %lld completion "
+                  "tokens; %lld turns re-tokenize to other counts than stored)\n",
+                  a["--run"].c_str(), a["--store"].c_str(), replay.size(), n, static_cast<long long>(ctx),
+                  static_cast<long long>(comp), static_cast<long long>(mismatched));
+    }
     std::vector<at::Tensor> params;
     for (auto& p : policy->parameters()) params.push_back(p);
     torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-6));
+    auto replay_side = [&](bool share) {
+      rl::UpdateOptions o;
+      o.share_prompts = share;
+      o.mini_batch_size = I("--mini-batch");
+      o.aggregation = rl::Aggregation::segment_mean;
+      o.temperature = 0.7;
+      o.max_len = 400;
+      o.old_logprobs_from_rollout = true;
+      double total = 0;
+      for (const auto& st : replay) {
+        auto data = st.samples;
+        const double t0 = bench::now_s();
+        rl::compute_old_logprobs(policy, nullptr, data, o);
+        rl::set_step_segment_weights(data, nullptr);
+        rl::ppo_update(policy, opt, params, data, o);
+        total += bench::now_s() - t0;
+      }
+      return total;
+    };
     auto side = [&](bool share) {
+      if (!replay.empty()) return replay_side(share);
       auto data = samples;
       rl::UpdateOptions o;
       o.share_prompts = share;
@@ -120,6 +229,7 @@ int main(int argc, char** argv) {
       ctx += static_cast<int64_t>(s.prompt_ids.size());
       comp += static_cast<int64_t>(s.completion_ids.size());
     }
+    if (replay.empty())
     std::printf("bench_update: preset %s, %s %s, %zu samples (%lld context + %lld completion tokens), mini-batch %lld, "
                 "checkpointing %lld; shared, the step's contexts are %.0f%% of their tokens (more where a "
                 "mini-batch holds two units)\n",
