@@ -77,6 +77,11 @@ std::vector<StoredStep> load_run(const std::string& db_path, std::string* run_id
     if (!q.step()) throw std::runtime_error(db_path + ": no runs");
     *run_id = q.column_text(0);
   }
+  {
+    auto r = db.prepare("SELECT 1 FROM runs WHERE id = ?1");
+    r.bind_text(1, *run_id);
+    if (!r.step()) throw std::runtime_error(db_path + ": no run " + *run_id);
+  }
   auto q = db.prepare(
       "SELECT g.step, ro.id, t.segment_index, t.prompt, t.completion, t.prompt_tokens, t.completion_tokens, "
       "t.advantage FROM turns t JOIN rollouts ro ON t.rollout_id = ro.id JOIN groups g ON ro.group_id = g.id "
@@ -115,13 +120,29 @@ int main(int argc, char** argv) {
                                           {"--threads", "0"},    {"--store", ""},          {"--run", ""},
                                           {"--tokenizer", "models/tiny"}};
   for (int i = 1; i < argc; i += 2) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << "usage: bench_update [--option value]...; options and defaults:\n";
+      for (const auto& [k, v] : a) std::cout << "  " << k << " " << (v.empty() ? "''" : v) << "\n";
+      std::cout << "--store DB replays run --run (default: the latest train run) of a leap store; see bench/update.cpp\n";
+      return 0;
+    }
     if (!a.count(argv[i]) || i + 1 >= argc) {
       std::cerr << "bench_update: unknown option or missing value: " << argv[i] << "\n";
       return 2;
     }
     a[argv[i]] = argv[i + 1];
   }
-  const auto I = [&](const char* k) { return std::stoll(a[k]); };
+  const auto I = [&](const char* k) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(a[k], &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != a[k].size()) throw std::runtime_error(std::string(k) + ": not an integer: '" + a[k] + "'");
+    return v;
+  };
   try {
     if (I("--threads") > 0) at::set_num_threads(static_cast<int>(I("--threads")));
     const torch::Device dev = a["--device"] == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
@@ -175,8 +196,12 @@ int main(int argc, char** argv) {
           n += 1;
           ctx += static_cast<int64_t>(s.prompt_ids.size());
           comp += static_cast<int64_t>(s.completion_ids.size());
-          for (auto t : s.prompt_ids)
-            if (t >= V) throw std::runtime_error("token id " + std::to_string(t) + " >= the preset's vocabulary");
+          for (const auto* ids : {&s.prompt_ids, &s.completion_ids})
+            for (auto t : *ids)
+              if (t >= V)
+                throw std::runtime_error("token id " + std::to_string(t) + " of --tokenizer " + a["--tokenizer"] +
+                                         " is outside preset " + a["--preset"] + "'s vocabulary (" +
+                                         std::to_string(V) + ")");
         }
       std::printf("bench_update: replaying run %s of %s: %zu RL steps, %zu samples (%lld context + %lld completion "
                   "tokens; %lld turns re-tokenize to other counts than stored)\n",

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "store/store.hpp"
 #include "support.hpp"
 
 using leap::test::run_leap;
@@ -103,6 +104,20 @@ TEST_CASE("cli: train with a missing model folder or an unknown run names it and
   auto r = run_leap("train " + cfg + " --db " + db + " --results-dir " + (tmp.path / "results").string());
   CHECK(r.rc == 2);
   CHECK(contains(r.err, cfg + ": key 'model.path': no model folder '" + (tmp.path / "no-model").string() + "'"));
+  // Nothing is created before the folders are checked: no store, no compile cache.
+  CHECK_FALSE(std::filesystem::exists(db));
+  CHECK_FALSE(std::filesystem::exists(tmp.path / "results"));
+  std::string no_tasks = tmp.write("no-tasks.yaml", "name: t\nmodel: {path: " + tmp.path.string() + "}\ntasks: {dir: " +
+                                                        (tmp.path / "no-tasks").string() + "}\n");
+  auto t = run_leap("train " + no_tasks + " --db " + db + " --results-dir " + (tmp.path / "results").string());
+  CHECK(t.rc == 2);
+  CHECK(contains(t.err, no_tasks + ": key 'tasks.dir': no task folder '" + (tmp.path / "no-tasks").string() + "'"));
+  CHECK_FALSE(std::filesystem::exists(db));
+  auto no_store = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd");
+  CHECK(no_store.rc == 2);
+  CHECK(contains(no_store.err, "--resume: no store at " + db));
+  CHECK_FALSE(std::filesystem::exists(db));
+  { leap::store::Store created(db); }
   auto resume = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd");
   CHECK(resume.rc == 2);
   CHECK(contains(resume.err, "no run '20260101-000000-abcd'"));

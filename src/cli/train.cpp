@@ -1,6 +1,7 @@
 // `leap train`: run an experiment from a YAML config.
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <spdlog/spdlog.h>
 
@@ -53,6 +54,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
       std::string yaml;
       std::string finished;  // rank 0: the message for a run that has already finished
       if (rdv.rank == 0) {
+        if (!std::filesystem::exists(g.db)) throw UsageError("--resume: no store at " + g.db + " (give --db PATH)");
         store::Store db(g.db);
         auto row = db.get_run(o->resume);
         if (!row) throw UsageError("--resume: no run '" + o->resume + "' in " + g.db);
@@ -85,6 +87,12 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
       if (rdv.rank == 0) std::cout << config::to_yaml(exp, o->annotate);
       return 0;
     }
+    // The folders a run reads, checked before anything (the store, the compile cache) is created.
+    if (!std::filesystem::is_directory(exp.model.path))
+      throw ConfigError(source + ": key 'model.path': no model folder '" + exp.model.path +
+                        "' (create the tiny one with: leap model init --preset tiny --out " + exp.model.path + ")");
+    if (!std::filesystem::is_directory(exp.tasks.dir))
+      throw ConfigError(source + ": key 'tasks.dir': no task folder '" + exp.tasks.dir + "'");
     const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
     if (rdv.world_size > 1 && !group)
       group = dist::ProcessGroup::create(rdv, dist::resolve_backend(exp.dist.backend, cuda), exp.dist.timeout_s);
