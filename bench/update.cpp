@@ -52,8 +52,7 @@ std::string preset_config(const std::string& preset) {
   throw std::runtime_error("unknown preset " + preset + " (tiny, qwen2.5-1.5b)");
 }
 
-/// One RL step's samples as a finished run stored them, and how many tokens did not re-tokenize
-/// to the stored counts.
+/// One RL step's samples as a finished run stored them.
 struct StoredStep {
   int64_t step = 0;
   std::vector<rl::TrainSample> samples;
@@ -62,8 +61,8 @@ struct StoredStep {
 /// The RL steps of run `run_id` (empty: the latest run) in store `db_path`, each turn a sample:
 /// its stored context and completion re-tokenized with `tok`, its stored advantage, a segment per
 /// (rollout, segment index), the stop token put back at the end of a finished completion.
-/// `mismatched` counts the turns whose token counts differ from the
-/// stored ones. Throws when the store has no such run or the run no turns.
+/// `mismatched` counts the turns whose token counts differ from the stored ones. Throws when the
+/// store has no such run or the run no turns.
 std::vector<StoredStep> load_run(const std::string& db_path, std::string* run_id, const model::Tokenizer& tok,
                                  int64_t* mismatched) {
   const auto stop_id = tok.token_to_id("<|im_end|>");
@@ -246,21 +245,22 @@ int main(int argc, char** argv) {
       if (dev.is_cuda()) torch::cuda::synchronize();
       return bench::now_s() - t0;
     };
-    std::vector<const std::vector<int64_t>*> contexts;
-    for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
-    const double fraction = rl::shared_prompt_fraction(contexts, rl::plan_prompt_sharing(contexts));
-    int64_t ctx = 0, comp = 0;
-    for (const auto& s : samples) {
-      ctx += static_cast<int64_t>(s.prompt_ids.size());
-      comp += static_cast<int64_t>(s.completion_ids.size());
+    if (replay.empty()) {  // the synthetic samples, described
+      std::vector<const std::vector<int64_t>*> contexts;
+      for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
+      const double fraction = rl::shared_prompt_fraction(contexts, rl::plan_prompt_sharing(contexts));
+      int64_t ctx = 0, comp = 0;
+      for (const auto& s : samples) {
+        ctx += static_cast<int64_t>(s.prompt_ids.size());
+        comp += static_cast<int64_t>(s.completion_ids.size());
+      }
+      std::printf("bench_update: preset %s, %s %s, %zu samples (%lld context + %lld completion tokens), mini-batch %lld, "
+                  "checkpointing %lld; shared, the step's contexts are %.0f%% of their tokens (more where a "
+                  "mini-batch holds two units)\n",
+                  a["--preset"].c_str(), a["--device"].c_str(), a["--dtype"].c_str(), samples.size(),
+                  static_cast<long long>(ctx), static_cast<long long>(comp), static_cast<long long>(I("--mini-batch")),
+                  static_cast<long long>(I("--checkpointing")), 100.0 * fraction);
     }
-    if (replay.empty())
-    std::printf("bench_update: preset %s, %s %s, %zu samples (%lld context + %lld completion tokens), mini-batch %lld, "
-                "checkpointing %lld; shared, the step's contexts are %.0f%% of their tokens (more where a "
-                "mini-batch holds two units)\n",
-                a["--preset"].c_str(), a["--device"].c_str(), a["--dtype"].c_str(), samples.size(),
-                static_cast<long long>(ctx), static_cast<long long>(comp), static_cast<long long>(I("--mini-batch")),
-                static_cast<long long>(I("--checkpointing")), 100.0 * fraction);
     std::fflush(stdout);
     const auto pairs = bench::alternate([&] { return side(false); }, [&] { return side(true); },
                                         static_cast<int>(I("--pairs")));

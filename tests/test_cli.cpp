@@ -104,7 +104,7 @@ TEST_CASE("cli: train with a missing model folder or an unknown run names it and
   auto r = run_leap("train " + cfg + " --db " + db + " --results-dir " + (tmp.path / "results").string());
   CHECK(r.rc == 2);
   CHECK(contains(r.err, cfg + ": key 'model.path': no model folder '" + (tmp.path / "no-model").string() + "'"));
-  // Nothing is created before the folders are checked: no store, no compile cache.
+  // Nothing is created before the folders are checked: no store, no results folder.
   CHECK_FALSE(std::filesystem::exists(db));
   CHECK_FALSE(std::filesystem::exists(tmp.path / "results"));
   std::string no_tasks = tmp.write("no-tasks.yaml", "name: t\nmodel: {path: " + tmp.path.string() + "}\ntasks: {dir: " +
