@@ -245,7 +245,7 @@ TEST_CASE("dist: leap train on two ranks writes one run with every rollout exact
                            " --set train.steps=2 --set train.sft.enabled=false --set train.eval_every=0"
                            " --set rollout.tasks_per_step=3 --set rollout.group_size=2 --set rollout.max_new_tokens=8"
                            " --set turns.max=2 --set dcp.enabled=false --set dist.backend=gloo --set dist.timeout_s=120"
-                           " --set logging.progress=false";
+                           " --set logging.progress=false --set model.cpu_threads=1";  // two ranks share the cores
   const auto pids = launch_ranks(args, dir.path, "train");
   for (int rank = 0; rank < 2; ++rank)
     REQUIRE_MESSAGE(wait_for(pids[static_cast<size_t>(rank)], 300) == 0, log_of(dir.path, "train", rank));
@@ -277,7 +277,7 @@ TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and
   const std::string db = (dir.path / "leap.db").string();
   const fs::path results = dir.path / "results";
   const std::string common = "train configs/quickstart.yaml --db " + db + " --results-dir " + results.string() +
-                             " --set dist.backend=gloo --set dist.timeout_s=120";
+                             " --set dist.backend=gloo --set dist.timeout_s=120 --set model.cpu_threads=1";
   const std::string fresh = common + " --set model.path=" + (root / "tiny").string() +
                             " --set train.steps=6 --set train.checkpoint_every=1 --set train.sft.enabled=false"
                             " --set train.eval_every=0 --set rollout.tasks_per_step=3 --set rollout.group_size=2"

@@ -408,7 +408,8 @@ extern "C" void vadd(const float* a, const float* b, float* c, int64_t n, float 
   for (int64_t i = 0; i < n; ++i) c[i] = scale * (a[i] + b[i]) + static_cast<float>(shift);
 }
 )";
-  RunRequest one_run{0, 1, 0.0, {}};
+  RunRequest one_run;  // no warm-up, one trial, no time box
+  one_run.trials = 1;
   auto slow = prepare(*backend, task, slow_code, kVaddPlan);
   fill_inputs(*slow.buffers, n);
   PoolOptions wall = pool_opts(1, 1.2);

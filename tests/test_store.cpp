@@ -816,6 +816,29 @@ TEST_CASE("store: a v2 store (runs without a lease) is readable read-only and ta
   CHECK_FALSE(store.get_lease("r1").has_value());
 }
 
+TEST_CASE("store: a read-only open of an empty file or a foreign SQLite file says it is not a leap store") {
+  TempDir tmp;
+  { std::ofstream(tmp.file()).flush(); }  // 0 bytes, as `touch`
+  REQUIRE(std::filesystem::file_size(tmp.file()) == 0);
+  try {
+    Store ro(tmp.file(), OpenOptions{.read_only = true});
+    FAIL("an empty file opened as a store");
+  } catch (const leap::StoreError& e) {
+    CHECK(std::string(e.what()).find("not a leap store") != std::string::npos);
+    CHECK(std::string(e.what()).find(tmp.file().string()) != std::string::npos);
+    CHECK(std::string(e.what()).find("no such table") == std::string::npos);
+  }
+  CHECK(std::filesystem::file_size(tmp.file()) == 0);  // nothing written
+  TempDir other;
+  {
+    Database foreign(other.file(), OpenOptions{.migrate = false});
+    foreign.exec("PRAGMA application_id = 0");
+    foreign.exec("CREATE TABLE t (x)");
+  }
+  CHECK_THROWS_WITH_AS(Store(other.file(), OpenOptions{.read_only = true}),
+                       doctest::Contains("not a leap database"), leap::StoreError);
+}
+
 TEST_CASE("store: write_evaluation writes the evaluation, its results and metrics in one transaction") {
   TempDir tmp;
   Store store(tmp.file());

@@ -88,11 +88,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
       return 0;
     }
     // The folders a run reads, checked before anything (the store, the compile cache) is created.
-    if (!std::filesystem::is_directory(exp.model.path))
-      throw ConfigError(source + ": key 'model.path': no model folder '" + exp.model.path +
-                        "' (create the tiny one with: leap model init --preset tiny --out " + exp.model.path + ")");
-    if (!std::filesystem::is_directory(exp.tasks.dir))
-      throw ConfigError(source + ": key 'tasks.dir': no task folder '" + exp.tasks.dir + "'");
+    config::require_input_folders(exp, source);
     const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
     if (rdv.world_size > 1 && !group)
       group = dist::ProcessGroup::create(rdv, dist::resolve_backend(exp.dist.backend, cuda), exp.dist.timeout_s);

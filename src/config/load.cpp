@@ -346,4 +346,12 @@ std::vector<std::string> leaf_keys(const std::string& text, const std::string& s
   return out;
 }
 
+void require_input_folders(const Experiment& exp, const std::string& source) {
+  if (!std::filesystem::is_directory(exp.model.path))
+    throw ConfigError(source + ": key 'model.path': no model folder '" + exp.model.path +
+                      "' (create the tiny one with: leap model init --preset tiny --out " + exp.model.path + ")");
+  if (!std::filesystem::is_directory(exp.tasks.dir))
+    throw ConfigError(source + ": key 'tasks.dir': no task folder '" + exp.tasks.dir + "'");
+}
+
 }  // namespace leap::config

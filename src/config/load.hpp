@@ -28,6 +28,11 @@ void apply_override(Experiment& exp, const std::string& key_value);
 /// in the error message. Throws ConfigError.
 void validate(const Experiment& exp, const std::string& source);
 
+/// Checks that the folders a run reads exist: `model.path` (a checkpoint folder) and
+/// `tasks.dir`. Throws ConfigError naming `source`, the key and the folder (for a missing model
+/// folder, with the command that creates the tiny one). Reads the file system only.
+void require_input_folders(const Experiment& exp, const std::string& source);
+
 /// `exp` with every `auto` value replaced by what it stands for: loss.aggregation `auto` becomes
 /// segment_mean when compaction.enabled, token_mean otherwise (an explicit value is kept). The
 /// trainer runs, and stores in the run's config row, this resolved form.

@@ -339,9 +339,7 @@ void load_model(Run& r) {
   r.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.pg ? r.pg->local_rank() : 0))
                   : torch::Device(torch::kCPU);
   if (!cuda && exp.model.cpu_threads > 0) at::set_num_threads(static_cast<int>(exp.model.cpu_threads));
-  if (!fs::is_directory(exp.model.path))
-    throw ConfigError(r.ctx.config_path + ": key 'model.path': no model folder '" + exp.model.path +
-                      "' (create the tiny one with: leap model init --preset tiny --out " + exp.model.path + ")");
+  config::require_input_folders(exp, r.ctx.config_path);  // callers other than the CLI (tests)
   r.tok = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(exp.model.path));
   // Master weights stay fp32; on CUDA the forward runs under bf16 autocast.
   r.model = model::load_transformer(exp.model.path, torch::kFloat32, r.device);

@@ -76,6 +76,11 @@ Database::Database(const std::filesystem::path& path, const OpenOptions& options
     sqlite3_extended_result_codes(db_, 1);
     sqlite3_busy_timeout(db_, options.busy_timeout_ms);
     if (options.read_only) {  // a WAL file stays WAL; nothing may be written
+      if (!in_memory) {
+        check_application_id(*this);
+        if (user_version() == 0)  // an empty file, or a SQLite file leap never wrote
+          throw StoreError("store " + path_ + ": not a leap store (no leap schema; `leap train` or `leap eval` creates one)");
+      }
       check_version(*this, migrations());
       return;
     }
