@@ -277,11 +277,12 @@ TEST_CASE("dist: two ranks interrupted mid-run then --resume give every step and
   const std::string db = (dir.path / "leap.db").string();
   const fs::path results = dir.path / "results";
   const std::string common = "train configs/quickstart.yaml --db " + db + " --results-dir " + results.string() +
-                             " --set dist.backend=gloo --set dist.timeout_s=120 --set model.cpu_threads=1";
+                             " --set dist.backend=gloo --set dist.timeout_s=120";
   const std::string fresh = common + " --set model.path=" + (root / "tiny").string() +
                             " --set train.steps=6 --set train.checkpoint_every=1 --set train.sft.enabled=false"
                             " --set train.eval_every=0 --set rollout.tasks_per_step=3 --set rollout.group_size=2"
-                            " --set rollout.max_new_tokens=8 --set turns.max=1 --set logging.progress=false";
+                            " --set rollout.max_new_tokens=8 --set turns.max=1 --set logging.progress=false"
+                            " --set model.cpu_threads=1";  // two ranks share the cores
   auto first_checkpoint = [&]() -> std::optional<std::string> {
     std::error_code ec;
     if (!fs::exists(results, ec)) return std::nullopt;
