@@ -424,6 +424,23 @@ reference:
   CHECK(contains(b.out, "3 tasks: 3 with problems"));
 }
 
+TEST_CASE("env: without env.cache_dir the compile cache is <--results-dir>/cache/<backend>") {
+  leap::test::TempDir dir;
+  dir.write("sol/softmax_rows/a_good.md", leap::test::read_file(kStarter + "/softmax_rows/solutions/cpu_rows.md"));
+  const fs::path results = dir.path / "res";
+  auto r = leap::test::run_leap("--db " + (dir.path / "leap.db").string() + " --results-dir " + results.string() +
+                                " eval --tasks tasks/starter --solutions " + (dir.path / "sol").string() +
+                                " --set 'env.cpu.flags=" + kFastFlags + "' --set env.seeds=1 --set env.timing.trials=1");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "correct"));
+  size_t artifacts = 0;
+  for (const auto& e : fs::directory_iterator(results / "cache" / "cpu"))
+    artifacts += e.path().extension() == ".so";
+  CHECK(artifacts == 1);  // the one answer, compiled into the run's results folder
+}
+
 TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the store") {
   leap::test::TempDir dir;
   const std::string good = leap::test::read_file(kStarter + "/softmax_rows/solutions/cpu_rows.md");

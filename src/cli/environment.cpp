@@ -23,6 +23,11 @@ Environment::~Environment() {
   if (temp_cache && !cache_dir.empty()) util::remove_tree(cache_dir);  // no shell: the path is outside text
 }
 
+config::EnvConfig with_cache_root(config::EnvConfig env, const std::string& results_dir) {
+  if (env.cache_dir.empty()) env.cache_dir = (std::filesystem::path(results_dir) / "cache").string();
+  return env;
+}
+
 env::VerifierOptions verifier_options(const config::EnvConfig& e) {
   env::VerifierOptions o;
   o.seeds = static_cast<int>(e.seeds);
@@ -43,7 +48,7 @@ namespace {
 // The compile cache folder for `backend` (a temporary one when env.compile_cache is off).
 void set_cache_dir(Environment& out, const config::EnvConfig& e, const std::string& backend) {
   if (e.compile_cache) {
-    out.cache_dir = (std::filesystem::path(e.cache_dir) / backend).string();
+    out.cache_dir = (std::filesystem::path(with_cache_root(e, "results").cache_dir) / backend).string();
   } else {
     std::string t = (std::filesystem::temp_directory_path() / "leap-nocache-XXXXXX").string();
     if (!mkdtemp(t.data())) throw Error("cannot create a temporary compile folder");

@@ -22,8 +22,13 @@ struct Environment {
 /// Verifier settings from `env:` (seeds, timing, threads, feedback bound).
 env::VerifierOptions verifier_options(const config::EnvConfig& env);
 
+/// `env` with an empty `cache_dir` set to `<results_dir>/cache` (the `--results-dir` of the
+/// command); a set one is kept. The config itself is not changed, so a run stores what was given.
+config::EnvConfig with_cache_root(config::EnvConfig env, const std::string& results_dir);
+
 /// Builds the environment for `backend` ("cpu" or "cuda"; the cache folder is
-/// `env.cache_dir/<backend>`). With env.compile_cache false, a fresh temporary cache folder is used
+/// `env.cache_dir/<backend>`; an empty env.cache_dir stands for results/cache: the CLI passes
+/// with_cache_root's). With env.compile_cache false, a fresh temporary cache folder is used
 /// and removed with the Environment. "cuda" throws env::CudaUnavailableError (exit 1, "the cuda
 /// backend needs an NVIDIA GPU and its driver: ...") on a machine without a usable GPU, and
 /// NotBuiltError in a build without NVRTC; an unknown name throws UsageError. The cuda

@@ -57,7 +57,8 @@ std::string num_or_dash(double v, const char* fmt) {
 
 /// `leap eval --solutions`: grades saved answer files and records them as an evaluation.
 int eval_solutions(const std::string& tasks_dir, const std::string& solutions_dir, const std::string& backend,
-                   const std::string& format, const config::Experiment& exp, const std::string& db) {
+                   const std::string& format, const config::Experiment& exp, const GlobalOptions& g) {
+  const std::string& db = g.db;
   tasks::TaskSet set = tasks::load_task_set(tasks_dir);
   if (!fs::is_directory(solutions_dir)) throw UsageError("leap eval: --solutions " + solutions_dir + " is not a folder");
   // Layout: <solutions>/<task>/<any>.md, or (a task-set folder) <task>/solutions/<backend>_*.md.
@@ -79,7 +80,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
     throw UsageError("leap eval: no answer files under " + solutions_dir +
                      " (expected <dir>/<task>/<name>.md, or <task>/solutions/" + backend + "_*.md in a task-set folder)");
 
-  auto envp = make_environment(exp.env, backend);
+  auto envp = make_environment(with_cache_root(exp.env, g.results_dir), backend);
   std::map<std::string, std::unique_ptr<env::RuntimeTask>> runtime;
   std::vector<GradeJob> jobs;
   for (const auto& [t, f] : files) {
@@ -216,7 +217,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     if (!o->config.empty()) config::load_experiment(o->config, o->sets);  // validates, exit 2 on errors
     if (!o->solutions.empty()) {
       if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
-      return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g.db);
+      return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g);
     }
     if (o->bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
     ModelEvalArgs a;

@@ -106,7 +106,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
                                               m->config().model_type_name, tok);
   rl::LocalPolicy policy(m, tok, fmt);
-  auto environment = make_environment(exp.env, backend);
+  auto environment = make_environment(with_cache_root(exp.env, g.results_dir), backend);
   rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
 
   rl::EngineOptions o;

@@ -128,13 +128,13 @@ std::string check_cuda_compiles(env::Backend& cuda, const env::RuntimeTask& rt, 
   return "";
 }
 
-int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing) {
+int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing, const std::string& results_dir) {
   config::Experiment exp = exp_in;
   // Every broken task.yaml is reported (file:line: key: ...), then the loadable tasks are checked.
   std::vector<std::string> load_errors;
   tasks::TaskSet set = tasks::load_task_set_collecting(dir, load_errors);
   for (const auto& e : load_errors) std::printf("FAIL %s\n", e.c_str());
-  auto envp = make_environment(exp.env, "cpu");
+  auto envp = make_environment(with_cache_root(exp.env, results_dir), "cpu");
   env::VerifierOptions vo = verifier_options(exp.env);
   vo.timing = timing;
   env::Verifier verifier(envp->backend, envp->pool, vo);
@@ -359,7 +359,7 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
                   "varied: each prompt line in one of 2-3 equivalent PyTorch spellings; canonical: always the first")
       ->check(CLI::IsMember({"varied", "canonical"}))
       ->capture_default_str();
-  return [o, list, show, validate, gen]() -> int {
+  return [o, list, show, validate, gen, &g]() -> int {
     if (gen->parsed()) {
       tasks::GeneratorOptions go;
       go.family = o->family;
@@ -371,7 +371,7 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
     }
     if (list->parsed()) return tasks_list(o->dir);
     if (show->parsed()) return tasks_show(o->task, o->dir);
-    if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time);
+    if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time, g.results_dir);
     return tasks_import(o->kb_dir, o->out, o->levels, o->timeout_s, o->memory_gb, o->cpu_ms, o->force);
   };
 }

@@ -93,7 +93,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     if (rdv.world_size > 1 && !group)
       group = dist::ProcessGroup::create(rdv, dist::resolve_backend(exp.dist.backend, cuda), exp.dist.timeout_s);
     // Each rank's environment workers use the rank's GPU (LOCAL_RANK).
-    auto environment = make_environment(exp.env, exp.env.backend, rdv.local_rank);
+    auto environment = make_environment(with_cache_root(exp.env, g.results_dir), exp.env.backend, rdv.local_rank);
     rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
     std::unique_ptr<store::Store> db;
     if (rdv.rank == 0) db = std::make_unique<store::Store>(g.db);

@@ -64,7 +64,7 @@ struct EnvConfig {
   double run_timeout_s = 10.0;         ///< limit of one worker job (s): CPU time on cpu, wall time on cuda
   double reference_timeout_s = 300.0;  ///< limit of one call of a task's reference (s); past it leap stops with an error
   bool compile_cache = true;           ///< reuse compiled artifacts keyed by source + flags hash
-  std::string cache_dir = "results/cache";  ///< where compiled artifacts are kept
+  std::string cache_dir;  ///< where compiled artifacts are kept; empty = <--results-dir>/cache
   int64_t feedback_max_chars = 2000;   ///< bound on the feedback text shown to the model
   /// off | auto | strict: the sandbox around processes that run or compile generated code
   /// (docs/env.md "Sandbox"); auto applies what the host allows, strict refuses to run without all.

@@ -81,7 +81,7 @@ std::vector<Field> build() {
   s.push_back(F("env.compile_cache", FT::Bool, member(&E_::env, &EnvConfig::compile_cache),
                 "reuse compiled artifacts keyed by a hash of source, compiler and flags"));
   s.push_back(F("env.cache_dir", FT::String, member(&E_::env, &EnvConfig::cache_dir),
-                "folder of the compile cache"));
+                "folder of the compile cache; empty = <--results-dir>/cache"));
   s.push_back(F("env.feedback_max_chars", FT::Int, member(&E_::env, &EnvConfig::feedback_max_chars),
                 "bound on the feedback text shown in the next turn (characters)", 100, 1000000));
   s.push_back(E("env.sandbox", {"off", "auto", "strict"}, member(&E_::env, &EnvConfig::sandbox),
