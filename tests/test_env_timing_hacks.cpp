@@ -274,3 +274,106 @@ TEST_CASE("env timing: the warm-up lasts warmup_ms, and trials go on until they 
   CHECK(first_trial >= 2);  // more than the one counted warm-up run
   CHECK(at_ms[first_trial] >= 15.0);
 }
+
+namespace {
+
+/// matmul_square (n = 128 on the cpu backend) with the naive i-k-j loop; `prelude` goes before it.
+env::EvalResult grade_matmul(const std::string& prelude, int trials = 20) {
+  test::TempDir dir;
+  config::EnvConfig e;
+  e.workers = 1;
+  e.seeds = 2;
+  e.cache_dir = dir.path.string();
+  e.timing.warmup = 3;
+  e.timing.trials = trials;
+  e.timing.max_seconds = 0;
+  auto env = cli::make_environment(e, "cpu");
+  env::RuntimeTask task(tasks::load_task(kStarter + "/matmul_square"), "cpu");
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n" + prelude +
+      "extern \"C\" void matmul(const float* A, const float* B, float* C, int64_t n) {\n"
+      "  for (int64_t i = 0; i < n; ++i) {\n"
+      "    float* c = C + i * n;\n"
+      "    for (int64_t j = 0; j < n; ++j) c[j] = 0.0f;\n"
+      "    for (int64_t k = 0; k < n; ++k) {\n"
+      "      const float a = A[i * n + k];\n"
+      "      for (int64_t j = 0; j < n; ++j) c[j] += a * B[k * n + j];\n"
+      "    }\n"
+      "  }\n"
+      "}\n```\n```yaml\nlaunches:\n  - kernel: matmul\n    args: [A, B, C, N]\n```\n";
+  return env->verifier->evaluate(task, answer);
+}
+
+/// Code run when the answer is loaded that rewrites libc's clock_gettime to report 1/K of the
+/// time passed (the timer runs in the worker that runs the code).
+std::string clock_patch(int k) {
+  return "#include <cstring>\n#include <ctime>\n#include <dlfcn.h>\n#include <unistd.h>\n#include <sys/mman.h>\n"
+         "#include <sys/syscall.h>\n"
+         "static long base_ns = -1;\n"
+         "static int fake(clockid_t c, struct timespec* ts) {\n"
+         "  long r = syscall(SYS_clock_gettime, c, ts);\n"
+         "  if (r == 0) { long t = ts->tv_sec * 1000000000L + ts->tv_nsec; if (base_ns < 0) base_ns = t;\n"
+         "    long s = base_ns + (t - base_ns) / " + std::to_string(k) + "; ts->tv_sec = s / 1000000000L; ts->tv_nsec = s % 1000000000L; }\n"
+         "  return (int)r;\n}\n"
+         "__attribute__((constructor)) static void patch() {\n"
+         "  void* f = dlsym(RTLD_DEFAULT, \"clock_gettime\"); if (!f) return;\n"
+         "  long pg = sysconf(_SC_PAGESIZE); uintptr_t p = (uintptr_t)f & ~(uintptr_t)(pg - 1);\n"
+         "  if (mprotect((void*)p, 2 * pg, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) return;\n"
+         "  void* repl = (void*)&fake; unsigned char code[12] = {0x48, 0xB8, 0,0,0,0,0,0,0,0, 0xFF, 0xE0};\n"
+         "  memcpy(code + 2, &repl, 8); memcpy(f, code, 12); mprotect((void*)p, 2 * pg, PROT_READ | PROT_EXEC);\n}\n";
+}
+
+}  // namespace
+
+TEST_CASE("env timing: a clock the code rewrites does not earn a speedup (the worker's CPU time bounds it)") {
+  auto honest = grade_matmul("");
+  CAPTURE(honest.feedback);
+  REQUIRE(honest.verdict == env::Verdict::correct);
+  CHECK_FALSE(honest.suspicious);
+  CHECK(honest.details.count("cpu_bound") == 0);
+  REQUIRE(honest.details.count("cpu_ms_per_run") == 1);
+  // The same loop, with libc's clock_gettime rewritten at load to report a twentieth of the time
+  // passed: its timed calls report ~1/20 of the honest time; the CPU time of its job does not.
+  auto patched = grade_matmul(clock_patch(20));
+  CAPTURE(patched.feedback);
+  REQUIRE(patched.verdict == env::Verdict::correct);
+  CHECK(patched.suspicious);
+  CHECK(patched.details.count("cpu_bound") == 1);
+  CHECK(patched.feedback.find("timed by its CPU time") != std::string::npos);
+  CHECK(patched.candidate_ms > 0.5 * honest.candidate_ms);
+}
+
+TEST_CASE("env timing: code that computes only some of the timed calls fails (every call is checked)") {
+  // Skips one call in the middle of the timing job (its 11th of 23: no set's last run). Two
+  // checked calls drawn at random would miss it 91% of the time; every call checked, never.
+  auto one = grade_relu("  static long calls_ = 0;\n  if (++calls_ == 11) return;\n" + std::string(kCompute), 20);
+  CAPTURE(one.feedback);
+  CHECK(one.verdict == env::Verdict::wrong_output);
+  CHECK(one.feedback.find("on timed call 11 of") != std::string::npos);
+}
+
+TEST_CASE("env timing: no code of the answer runs after its last call (its destructors never run)") {
+  // A destructor that would spoil the last output it was given, after the timing loop: the code
+  // stays loaded and its worker ends without running it, so the outputs are the calls' own.
+  test::TempDir dir;
+  config::EnvConfig e;
+  e.workers = 1;
+  e.seeds = 2;
+  e.cache_dir = dir.path.string();
+  e.timing.warmup = 1;
+  e.timing.trials = 5;
+  e.timing.max_seconds = 0;
+  auto env = cli::make_environment(e, "cpu");
+  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n"
+      "static float* last_y = nullptr; static int64_t last_n = 0;\n"
+      "__attribute__((destructor)) static void spoil() { for (int64_t i = 0; i < last_n; ++i) if (last_y) last_y[i] = 12345.0f; }\n"
+      "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+      "  last_y = y; last_n = n;\n"
+      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n}\n```\n"
+      "```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
+  auto r = env->verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::correct);
+}

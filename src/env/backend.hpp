@@ -93,6 +93,10 @@ struct RunOutcome {
   int failed_launch = -1;       ///< index of the launch that failed or was running, or -1
   std::vector<double> times_ms; ///< one wall time per timed trial, milliseconds
   std::vector<int> runs;        ///< index of every run made (warm-up included), in order
+  /// CPU time the worker process used for this job (all its threads, ms), measured by the parent
+  /// from outside (the process's CPU clock, from sending the job to its reply); never read from
+  /// the worker's reply. -1 when the job ran in-process or the clock could not be read.
+  double job_cpu_ms = -1;
 
   /// True if the sequence ran to completion.
   bool ok() const { return verdict == Verdict::correct; }

@@ -152,7 +152,7 @@ CpuBackend::CpuBackend(CpuBackendOptions options) : options_(std::move(options))
   cache_ = std::make_unique<CompileCache>(options_.cache_dir, ".so");
 }
 
-CpuBackend::CpuBackend(CpuBackendOptions options, WorkerSide) : options_(std::move(options)) {}
+CpuBackend::CpuBackend(CpuBackendOptions options, WorkerSide) : options_(std::move(options)), keep_loaded_(true) {}
 
 LaunchLimits CpuBackend::limits() const {
   LaunchLimits l;
@@ -264,8 +264,11 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   }
   struct Closer {
     void* h;
-    ~Closer() { dlclose(h); }
-  } closer{handle};
+    ~Closer() {
+      if (h) dlclose(h);
+    }
+  } closer{keep_loaded_ ? nullptr : handle};
+  loaded_ = true;
 
   struct Prepared {
     void* fn;

@@ -63,10 +63,17 @@ class CpuBackend : public Backend {
   /// The cache directory in use.
   const std::string& cache_dir() const { return options_.cache_dir; }
 
+  /// On the worker side, true once a job has loaded code: the worker exits after that job.
+  bool worker_must_exit() const override { return keep_loaded_ && loaded_; }
+
  private:
   const std::string& compiler_version();
   CpuBackendOptions options_;
   std::unique_ptr<CompileCache> cache_;  // null on the worker side
+  /// On the worker side the loaded code is never unloaded: a worker serves one job and ends with
+  /// _exit, so no destructor or exit handler of the code runs after its last timed call.
+  bool keep_loaded_ = false;
+  bool loaded_ = false;  ///< some code was loaded (and kept): the worker exits after its reply
   std::atomic<int> compiler_runs_{0};
   std::mutex version_mutex_;
   std::string compiler_version_;

@@ -37,6 +37,38 @@ std::string fmt_ms(double v) {
   return buf;
 }
 
+/// Every run of a timing job is checked when its snapshots fit in this many bytes and the
+/// reference runs here on the CPU (cheap to run once per run); otherwise `checked_runs` drawn at
+/// random plus each set's last run.
+constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
+
+/// The CPU-time bound on a cpu candidate's reported times (see `measure` below): a job may use
+/// up to this factor x threads x its mean reported run time per run, plus this much CPU per job
+/// (ms), beyond what the same job costs with a no-op in place of the candidate. Measured here
+/// (2026-12-02): an honest job's CPU per run is 0.9-1.05x its mean reported time (naive matmul,
+/// 23 runs), and the job-to-job noise about +-0.6 ms (relu, 21 runs).
+constexpr double kCpuBoundFactor = 1.5;
+constexpr double kCpuBoundSlackMs = 2.0;
+
+/// Source of a no-op for `plan`'s kernels (cpu backend): each kernel an empty extern "C"
+/// function. Its timing job costs the worker what a job costs besides the candidate's calls.
+std::string noop_source(const LaunchPlan& plan) {
+  std::vector<std::string> names;
+  for (const auto& l : plan.launches) names.push_back(l.kernel);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string s = "// leap: a no-op in place of the candidate, to measure what a timing job costs besides it\n";
+  for (const auto& n : names) s += "extern \"C\" void " + n + "() {}\n";
+  return s;
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::sort(v.begin(), v.end());
@@ -290,6 +322,9 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   for (size_t i = 0; i < n_in; ++i)
     if (task.spec().inputs[i].init.kind != tasks::InitSpec::Kind::file) rewrite_inputs.push_back(static_cast<int>(i));
   const int planned_runs = std::max(std::max(0, options_.warmup) + options_.trials, R);
+  // The most runs a job can make without warmup_ms (trials go on to min_timed_ms, at most 100 x).
+  const int max_runs =
+      std::max(std::max(0, options_.warmup) + (options_.min_timed_ms > 0 ? 100 : 1) * std::max(1, options_.trials), R);
   const std::string gpu_reference = backend_->reference_device();
   std::string reference_device = "cpu";
   double cand_ms = 0, ref_ms = 0;
@@ -314,13 +349,18 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     uint64_t secret = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ util::fnv1a64(comp.artifact.key);
     if (secret == 0) secret = 1;
     std::mt19937_64 pick(secret);
-    std::vector<int> runs(static_cast<size_t>(planned_runs));
-    for (int t = 0; t < planned_runs; ++t) runs[static_cast<size_t>(t)] = t;
-    std::shuffle(runs.begin(), runs.end(), pick);
     size_t out_bytes = 0;  // one set's outputs
     for (size_t j = 0; j < n_out; ++j) out_bytes += bound.tensors[n_in + j].bytes();
     const size_t budget = std::max<size_t>(size_t(256) << 20, 2 * out_bytes);  // snapshot memory
-    size_t n_checked = strict ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, options_.checked_runs)));
+    // Every run, where that is cheap: code that computes only the runs it guesses are checked
+    // (or reads which ones from its own process's memory) then fails on any other.
+    const bool every_run =
+        reference_on_device && static_cast<size_t>(max_runs) * std::max<size_t>(1, out_bytes) <= kCheckEveryRunBytes;
+    const int n_runs = every_run ? max_runs : planned_runs;
+    std::vector<int> runs(static_cast<size_t>(n_runs));
+    for (int t = 0; t < n_runs; ++t) runs[static_cast<size_t>(t)] = t;
+    std::shuffle(runs.begin(), runs.end(), pick);
+    size_t n_checked = strict || every_run ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, options_.checked_runs)));
     n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes));
     RunRequest& treq = job.request;
     treq = timing_request(options_, rotations);
@@ -459,6 +499,39 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // A job that ran out of device memory (infra_error) is run once more, on fresh buffers; a
   // second one, or a reference that cannot be timed on its device, is an infrastructure error
   // (after the candidate's own checks: a wrong timed call is still the answer's verdict).
+  //
+  // On the cpu backend the candidate's code runs in the worker that times it, so it can reach
+  // the timer (patch the clock, do its work outside its timed calls, rewrite the reported times).
+  // What it cannot reach is the CPU time the kernel counts for the worker, read from outside
+  // (RunOutcome::job_cpu_ms). The same job with a no-op in place of the candidate measures what a
+  // job costs besides the candidate's calls; what the candidate's job used beyond that, per run,
+  // is the candidate's own CPU time. When it exceeds kCpuBoundFactor x threads x the mean
+  // reported time (plus kCpuBoundSlackMs per job), the reported times are not the code's: the
+  // candidate is timed by its CPU time instead (divided by the threads it may use) and flagged.
+  std::optional<CompileOutcome> noop;  // compiled on first use (cached by the compile cache)
+  std::string cpu_note;
+  auto cpu_bound = [&](bool strict, const RunOutcome& cand, double& cms) {
+    if (!reference_on_device || cand.job_cpu_ms < 0 || cand.runs.empty() || cand.times_ms.empty()) return;
+    if (!noop) noop = backend_->compile(noop_source(plan), plan);
+    if (!noop->ok) return;
+    TimingJob base = prepare_job(strict);
+    base.run = pool_->run(noop->artifact, base.plan, *base.buf, base.request);
+    if (!base.run.ok() || base.run.job_cpu_ms < 0 || base.run.runs.empty()) return;
+    const double runs = static_cast<double>(cand.runs.size());
+    const double own = cand.job_cpu_ms / runs - base.run.job_cpu_ms / static_cast<double>(base.run.runs.size());
+    const double threads = std::max(1, options_.threads);
+    const double limit = kCpuBoundFactor * threads * mean(cand.times_ms) + kCpuBoundSlackMs / runs;
+    ok.details["cpu_ms_per_run"] = fmt_num(own);
+    if (own <= limit) return;
+    ok.suspicious = true;
+    ok.details["cpu_bound"] = "the job used " + fmt_ms(own) + " ms of CPU per run against a reported " +
+                              fmt_ms(mean(cand.times_ms)) + " ms";
+    cms = std::max(cms, own / threads);
+    cpu_note = "\nnote: the timing job used " + fmt_ms(own) + " ms of CPU time per run beyond a no-op's, against " +
+               fmt_ms(mean(cand.times_ms)) + " ms reported by the timed calls: the code ran outside its timed calls or " +
+               "altered the timer, so it is timed by its CPU time (" + fmt_ms(cms) + " ms) and flagged";
+  };
+
   auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
     TimingJob job = prepare_job(strict);
     std::optional<std::string> reference_error;
@@ -476,6 +549,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       return infra(job.run.message + " (twice) [during the timing runs, after passing the correctness checks]");
     if (auto bad = verify_job(job, cms, cn)) return bad;
     if (reference_error) return infra(*reference_error);
+    cpu_bound(strict, job.run, cms);
     return std::nullopt;
   };
   if (auto bad = measure(false, cand_ms, cand_n, ref_ms, ref_n)) return *bad;
@@ -513,7 +587,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   ok.speedup = speedup;
   ok.feedback = bound_text("correct on " + std::to_string(options_.seeds) + " seeds; candidate " + fmt_ms(cand_ms) +
                                " ms, reference " + fmt_ms(ref_ms) + " ms, speedup " + fmt_num(speedup) + "x (median of " +
-                               std::to_string(cand_n) + " trials)" + note,
+                               std::to_string(cand_n) + " trials)" + note + cpu_note,
                            maxc);
   return ok;
 }

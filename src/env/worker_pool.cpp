@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -103,6 +104,16 @@ Recv wait_readable(int sock, bool timed, Clock::time_point deadline) {
 }
 
 // CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
+/// The CPU time of process `pid` (all its threads, live and exited) in ms, with the kernel's
+/// nanosecond accounting (the process's CPU clock); -1 when it cannot be read.
+double process_cpu_ms(pid_t pid) {
+  clockid_t clock;
+  if (clock_getcpuclockid(pid, &clock) != 0) return -1;
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 double process_cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -441,7 +452,14 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
     json reply = outcome_to_json(out);
     reply["exiting"] = exiting;
     if (!send_frame(sock, reply.dump())) return 1;
-    if (exiting) return 0;
+    if (exiting) {
+      // Idle until the pool closes the socket (or kills us), so the CPU time it reads after the
+      // reply is the job's alone, not the start of this process's exit.
+      char c;
+      while (read(sock, &c, 1) > 0) {
+      }
+      return 0;
+    }
   }
 }
 
@@ -873,6 +891,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
 
   // A worker that died while idle (killed from outside) is replaced once before blaming the code.
   const auto job_start = Clock::now();
+  double cpu_at_send = process_cpu_ms(w->pid);
   w->current_launch->store(-1);
   memory_flag_of(w->current_launch)->store(0);
   if (!send_frame(w->sock, body, attach)) {
@@ -885,6 +904,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       release(nullptr);
       throw;
     }
+    cpu_at_send = process_cpu_ms(w->pid);
     if (!send_frame(w->sock, body, attach)) {
       retire(*w, true);
       release(nullptr);
@@ -932,6 +952,9 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   } else {
     r = recv_frame(w->sock, reply, false, Clock::now(), nullptr, kMaxReplyBytes);
   }
+  // The job's CPU time, read from outside: whatever the code does to the worker's own clocks,
+  // it cannot hide the CPU it used (the verifier compares it with the reported times).
+  const double cpu_at_reply = r == Recv::ok ? process_cpu_ms(w->pid) : -1;
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     ++stats_.jobs;
@@ -942,6 +965,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     try {
       const json j = json::parse(reply);
       out = outcome_from_json(j);
+      if (cpu_at_send >= 0 && cpu_at_reply >= cpu_at_send) out.job_cpu_ms = cpu_at_reply - cpu_at_send;
       if (j.value("exiting", false)) dead = true;  // retired now, never handed another job
     } catch (const std::exception& e) {
       out.verdict = Verdict::runtime_error;
