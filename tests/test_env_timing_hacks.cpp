@@ -35,7 +35,7 @@ env::EvalResult grade_relu(const std::string& body, int trials = 5) {
   e.timing.max_seconds = 0;  // no time box: every planned run happens, even on a loaded machine
   auto env = cli::make_environment(e, "cpu");
   env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string answer = "```cpp\n#include <cstdint>\n#include <cmath>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n" +
+  const std::string answer = "```cpp\n#include <cstdint>\n#include <cmath>\n#include <thread>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n" +
                              body + "\n}\n```\n```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
   return env->verifier->evaluate(task, answer);
 }
@@ -325,7 +325,7 @@ std::string clock_patch(int k) {
 
 }  // namespace
 
-TEST_CASE("env timing: a clock the code rewrites does not earn a speedup (the worker's CPU time bounds it)") {
+TEST_CASE("env timing: a clock the code rewrites does not change its timed calls (the worker's own system call)") {
   auto honest = grade_matmul("");
   CAPTURE(honest.feedback);
   REQUIRE(honest.verdict == env::Verdict::correct);
@@ -333,14 +333,66 @@ TEST_CASE("env timing: a clock the code rewrites does not earn a speedup (the wo
   CHECK(honest.details.count("cpu_bound") == 0);
   REQUIRE(honest.details.count("cpu_ms_per_run") == 1);
   // The same loop, with libc's clock_gettime rewritten at load to report a twentieth of the time
-  // passed: its timed calls report ~1/20 of the honest time; the CPU time of its job does not.
+  // passed (an earlier worker timed through libc: this earned ~9x against 0.5x honest).
   auto patched = grade_matmul(clock_patch(20));
   CAPTURE(patched.feedback);
   REQUIRE(patched.verdict == env::Verdict::correct);
-  CHECK(patched.suspicious);
-  CHECK(patched.details.count("cpu_bound") == 1);
-  CHECK(patched.feedback.find("timed by its CPU time") != std::string::npos);
   CHECK(patched.candidate_ms > 0.5 * honest.candidate_ms);
+  CHECK(patched.speedup < 2 * honest.speedup);
+}
+
+TEST_CASE("env timing: work done beside the timed calls is timed by the job's CPU time and flagged") {
+  // 30 ms of CPU when the code is loaded, outside every timed call (where a forged timer, or work
+  // done ahead, would hide it the same way): the job's CPU time shows it.
+  test::TempDir dir;
+  config::EnvConfig e;
+  e.workers = 1;
+  e.seeds = 1;
+  e.cache_dir = dir.path.string();
+  e.timing.warmup = 1;
+  e.timing.trials = 5;
+  e.timing.max_seconds = 0;
+  auto env = cli::make_environment(e, "cpu");
+  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n#include <ctime>\n"
+      "__attribute__((constructor)) static void busy() {\n"
+      "  const std::clock_t start = std::clock();\n"
+      "  while (std::clock() - start < CLOCKS_PER_SEC / 33) asm volatile(\"\");\n}\n"
+      "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n}\n```\n"
+      "```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
+  auto r = env->verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == env::Verdict::correct);
+  CHECK(r.suspicious);
+  CHECK(r.details.count("cpu_bound") == 1);
+  CHECK(r.feedback.find("timed by its CPU time") != std::string::npos);
+  CHECK(r.candidate_ms > 1.0);  // ~30 ms over 6 runs, against microseconds a call
+}
+
+TEST_CASE("env timing: the no-op baseline is built for any kernel name the plan allows (main included)") {
+  test::TempDir dir;
+  config::EnvConfig e;
+  e.workers = 1;
+  e.seeds = 1;
+  e.cache_dir = dir.path.string();
+  e.timing.warmup = 1;
+  e.timing.trials = 5;
+  e.timing.max_seconds = 0;
+  auto env = cli::make_environment(e, "cpu");
+  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n"
+      "extern \"C\" int main(const float* x, float* y, int64_t n) {\n"
+      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n  return 0;\n}\n```\n"
+      "```yaml\nlaunches:\n  - kernel: main\n    args: [x, y, numel(x)]\n```\n";
+  auto r = env->verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == env::Verdict::correct);
+  CHECK(r.details.count("cpu_ms_per_run") == 1);
+  CHECK(r.details.count("cpu_bound_baseline") == 0);
+  CHECK(r.details.count("cpu_bound") == 0);
 }
 
 TEST_CASE("env timing: code that computes only some of the timed calls fails (every call is checked)") {

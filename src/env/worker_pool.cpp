@@ -803,6 +803,15 @@ std::vector<pid_t> WorkerPool::pids() const {
   return out;
 }
 
+void WorkerPool::wait_for_starts() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_cv_.wait(lock, [&] {
+    for (size_t i = 0; i < refill_.size(); ++i)
+      if (refill_[i]) return false;
+    return true;
+  });
+}
+
 RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, SharedBuffers& buffers,
                            const RunRequest& request) {
   size_t slot = 0;

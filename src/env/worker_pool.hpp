@@ -98,6 +98,9 @@ class WorkerPool {
   int replacements() const { return replacements_.load(); }
   /// Process ids of the current workers (for tests and diagnostics).
   std::vector<pid_t> pids() const;
+  /// Waits until no worker is being started in the background (a replacement of a retired one),
+  /// so a measurement does not share the CPU with a start-up.
+  void wait_for_starts() const;
   /// Costs so far.
   PoolStats stats() const;
 
