@@ -24,20 +24,33 @@ namespace {
 
 const std::string kStarter = LEAP_SOURCE_DIR "/tasks/starter";
 
-env::EvalResult grade_relu(const std::string& body, int trials = 5) {
+/// Grades `answer` for starter task `task_name` on the cpu backend: one worker, `seeds`
+/// correctness seeds, `warmup` + `trials` timed runs and no time box (every planned run happens,
+/// even on a loaded machine).
+env::EvalResult grade(const std::string& task_name, const std::string& answer, int warmup, int trials, int seeds = 2) {
   test::TempDir dir;
   config::EnvConfig e;
   e.workers = 1;
-  e.seeds = 2;
+  e.seeds = seeds;
   e.cache_dir = dir.path.string();
-  e.timing.warmup = 1;
+  e.timing.warmup = warmup;
   e.timing.trials = trials;
-  e.timing.max_seconds = 0;  // no time box: every planned run happens, even on a loaded machine
+  e.timing.max_seconds = 0;
   auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string answer = "```cpp\n#include <cstdint>\n#include <cmath>\n#include <thread>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n" +
-                             body + "\n}\n```\n```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
+  env::RuntimeTask task(tasks::load_task(kStarter + "/" + task_name), "cpu");
   return env->verifier->evaluate(task, answer);
+}
+
+/// A relu answer: `code` (includes, globals, the function) and its one-launch plan.
+std::string relu_answer(const std::string& code, const std::string& kernel = "relu") {
+  return "```cpp\n#include <cstdint>\n" + code + "```\n```yaml\nlaunches:\n  - kernel: " + kernel +
+         "\n    args: [x, y, numel(x)]\n```\n";
+}
+
+env::EvalResult grade_relu(const std::string& body, int trials = 5) {
+  return grade("relu", relu_answer("#include <cmath>\n#include <thread>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n" +
+                                   body + "\n}\n"),
+               1, trials);
 }
 
 const char* kCompute = "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;";
@@ -279,16 +292,6 @@ namespace {
 
 /// matmul_square (n = 128 on the cpu backend) with the naive i-k-j loop; `prelude` goes before it.
 env::EvalResult grade_matmul(const std::string& prelude, int trials = 20) {
-  test::TempDir dir;
-  config::EnvConfig e;
-  e.workers = 1;
-  e.seeds = 2;
-  e.cache_dir = dir.path.string();
-  e.timing.warmup = 3;
-  e.timing.trials = trials;
-  e.timing.max_seconds = 0;
-  auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task(kStarter + "/matmul_square"), "cpu");
   const std::string answer =
       "```cpp\n#include <cstdint>\n" + prelude +
       "extern \"C\" void matmul(const float* A, const float* B, float* C, int64_t n) {\n"
@@ -301,7 +304,7 @@ env::EvalResult grade_matmul(const std::string& prelude, int trials = 20) {
       "    }\n"
       "  }\n"
       "}\n```\n```yaml\nlaunches:\n  - kernel: matmul\n    args: [A, B, C, N]\n```\n";
-  return env->verifier->evaluate(task, answer);
+  return grade("matmul_square", answer, 3, trials);
 }
 
 /// Code run when the answer is loaded that rewrites libc's clock_gettime to report 1/K of the
@@ -344,25 +347,14 @@ TEST_CASE("env timing: a clock the code rewrites does not change its timed calls
 TEST_CASE("env timing: work done beside the timed calls is timed by the job's CPU time and flagged") {
   // 30 ms of CPU when the code is loaded, outside every timed call (where a forged timer, or work
   // done ahead, would hide it the same way): the job's CPU time shows it.
-  test::TempDir dir;
-  config::EnvConfig e;
-  e.workers = 1;
-  e.seeds = 1;
-  e.cache_dir = dir.path.string();
-  e.timing.warmup = 1;
-  e.timing.trials = 5;
-  e.timing.max_seconds = 0;
-  auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string answer =
-      "```cpp\n#include <cstdint>\n#include <ctime>\n"
-      "__attribute__((constructor)) static void busy() {\n"
-      "  const std::clock_t start = std::clock();\n"
-      "  while (std::clock() - start < CLOCKS_PER_SEC / 33) asm volatile(\"\");\n}\n"
-      "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
-      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n}\n```\n"
-      "```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
-  auto r = env->verifier->evaluate(task, answer);
+  auto r = grade("relu",
+                 relu_answer("#include <ctime>\n"
+                             "__attribute__((constructor)) static void busy() {\n"
+                             "  const std::clock_t start = std::clock();\n"
+                             "  while (std::clock() - start < CLOCKS_PER_SEC / 33) asm volatile(\"\");\n}\n"
+                             "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+                             "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n}\n"),
+                 1, 5, 1);
   CAPTURE(r.feedback);
   REQUIRE(r.verdict == env::Verdict::correct);
   CHECK(r.suspicious);
@@ -372,22 +364,11 @@ TEST_CASE("env timing: work done beside the timed calls is timed by the job's CP
 }
 
 TEST_CASE("env timing: the no-op baseline is built for any kernel name the plan allows (main included)") {
-  test::TempDir dir;
-  config::EnvConfig e;
-  e.workers = 1;
-  e.seeds = 1;
-  e.cache_dir = dir.path.string();
-  e.timing.warmup = 1;
-  e.timing.trials = 5;
-  e.timing.max_seconds = 0;
-  auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string answer =
-      "```cpp\n#include <cstdint>\n"
-      "extern \"C\" int main(const float* x, float* y, int64_t n) {\n"
-      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n  return 0;\n}\n```\n"
-      "```yaml\nlaunches:\n  - kernel: main\n    args: [x, y, numel(x)]\n```\n";
-  auto r = env->verifier->evaluate(task, answer);
+  auto r = grade("relu",
+                 relu_answer("extern \"C\" int main(const float* x, float* y, int64_t n) {\n"
+                             "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n  return 0;\n}\n",
+                             "main"),
+                 1, 5, 1);
   CAPTURE(r.feedback);
   REQUIRE(r.verdict == env::Verdict::correct);
   CHECK(r.details.count("cpu_ms_per_run") == 1);
@@ -407,25 +388,14 @@ TEST_CASE("env timing: code that computes only some of the timed calls fails (ev
 TEST_CASE("env timing: no code of the answer runs after its last call (its destructors never run)") {
   // A destructor that would spoil the last output it was given, after the timing loop: the code
   // stays loaded and its worker ends without running it, so the outputs are the calls' own.
-  test::TempDir dir;
-  config::EnvConfig e;
-  e.workers = 1;
-  e.seeds = 2;
-  e.cache_dir = dir.path.string();
-  e.timing.warmup = 1;
-  e.timing.trials = 5;
-  e.timing.max_seconds = 0;
-  auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-  const std::string answer =
-      "```cpp\n#include <cstdint>\n"
-      "static float* last_y = nullptr; static int64_t last_n = 0;\n"
-      "__attribute__((destructor)) static void spoil() { for (int64_t i = 0; i < last_n; ++i) if (last_y) last_y[i] = 12345.0f; }\n"
-      "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
-      "  last_y = y; last_n = n;\n"
-      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n}\n```\n"
-      "```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
-  auto r = env->verifier->evaluate(task, answer);
+  auto r = grade("relu",
+                 relu_answer("static float* last_y = nullptr; static int64_t last_n = 0;\n"
+                             "__attribute__((destructor)) static void spoil() {\n"
+                             "  for (int64_t i = 0; i < last_n; ++i) if (last_y) last_y[i] = 12345.0f;\n}\n"
+                             "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+                             "  last_y = y; last_n = n;\n"
+                             "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n}\n"),
+                 1, 5);
   CAPTURE(r.feedback);
   CHECK(r.verdict == env::Verdict::correct);
 }

@@ -257,8 +257,10 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
 namespace {
 
 /// CLOCK_MONOTONIC in ms, read with the clock_gettime system call issued from leap's own code
-/// (x86-64), not through libc or the vDSO: code loaded into the worker can rewrite those (and
-/// the sandbox keeps it from filtering this call or trapping the TSC). Elsewhere, libc's.
+/// (x86-64), not through libc or the vDSO, which code loaded into the worker rewrites most easily
+/// (the sandbox also keeps it from filtering this call or trapping the TSC). Code that finds this
+/// call site, or the caller's saved start time, can still forge a short call's time: docs/env.md
+/// "Known limits". Elsewhere, libc's.
 double monotonic_ms() {
   timespec ts{};
 #if defined(__x86_64__)

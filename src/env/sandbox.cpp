@@ -302,9 +302,9 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
                     SCMP_SYS(open_tree), SCMP_SYS(move_mount), SCMP_SYS(fsopen), SCMP_SYS(fsmount),
                     SCMP_SYS(name_to_handle_at), SCMP_SYS(open_by_handle_at), SCMP_SYS(kcmp), SCMP_SYS(seccomp)})
       deny(sys, EPERM);
-    // The worker's timer (a clock_gettime system call from leap's own code, env/cpu_backend.cpp)
-    // is out of the code's reach only if the code can neither filter that call (a seccomp filter
-    // of its own returning a forged time) nor make the TSC trap (PR_SET_TSC).
+    // The worker's timer (a clock_gettime system call from leap's own code, env/cpu_backend.cpp):
+    // the code may neither filter that call (a seccomp filter of its own returning a forged time)
+    // nor make the TSC trap (PR_SET_TSC).
     for (scmp_datum_t op : {scmp_datum_t(PR_SET_SECCOMP), scmp_datum_t(PR_SET_TSC)})
       if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(prctl), 1, SCMP_A0(SCMP_CMP_EQ, op));
     // Other processes: nothing that reaches another process (a compiler child of the same uid,

@@ -501,7 +501,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // What it cannot reach is the CPU time the kernel counts for the worker, read from outside
   // (RunOutcome::job_cpu_ms). The same job with a no-op in place of the candidate measures what a
   // job costs besides the candidate's calls; what the candidate's job used beyond that, per run,
-  // is the candidate's own CPU time. When it exceeds kCpuBoundFactor x threads x the mean
+  // is the candidate's own CPU time. When it exceeds kCpuBoundFactor x threads x the median
   // reported time (plus kCpuBoundSlackMs per job), the reported times are not the code's: the
   // candidate is timed by its CPU time instead (divided by the threads it may use) and flagged.
   // The no-op is compiled before anything is timed (a compile just before a timing window made
@@ -514,8 +514,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // ran measurably faster than a first one, by the state of the memory it leaves).
   auto run_baseline = [&](bool strict) {
     RunOutcome base;
-    if (!reference_on_device) return base;
-    if (!noop || !noop->ok) return base;
+    if (!noop || !noop->ok) return base;  // (set on the cpu backend only)
     std::shared_lock<DeviceLock> shared(device_lock_);  // like a correctness run: never inside a timing window
     for (int attempt = 0; attempt < 2; ++attempt) {  // an infra_error (out of memory) is retried once
       TimingJob job = prepare_job(strict);

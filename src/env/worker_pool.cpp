@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -103,7 +104,6 @@ Recv wait_readable(int sock, bool timed, Clock::time_point deadline) {
   }
 }
 
-// CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
 /// The CPU time of process `pid` (all its threads, live and exited) in ms, with the kernel's
 /// nanosecond accounting (the process's CPU clock); -1 when it cannot be read.
 double process_cpu_ms(pid_t pid) {
@@ -114,21 +114,8 @@ double process_cpu_ms(pid_t pid) {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
-double process_cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos) return 0.0;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string f;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && fields >> f; ++i) {  // field 3 is the state; 14 utime, 15 stime
-    if (i == 14) utime = std::stoull(f);
-    if (i == 15) stime = std::stoull(f);
-  }
-  static const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  return static_cast<double>(utime + stime) / ticks;
-}
+// CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
+double process_cpu_seconds(pid_t pid) { return std::max(0.0, process_cpu_ms(pid)) * 1e-3; }
 
 // What the pool watches of a worker, from /proc/PID/status: its own memory (anonymous plus shared
 // memory, less the tensors it was given: MAP_SHARED|MAP_ANONYMOUS pages count too) and its threads.
