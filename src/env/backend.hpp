@@ -72,7 +72,8 @@ struct RunRequest {
   /// the run's set are rewritten in place from this secret seed (env/input_rewrite.hpp).
   uint64_t rewrite_seed = 0;
   std::vector<int> rewrite_inputs;  ///< input positions (in a rotation) the rewrites may change
-  /// Outputs copied after chosen runs (the verifier checks them against the reference).
+  /// Outputs copied after chosen runs (the verifier checks them against the reference), sorted
+  /// by run (snapshot_for_run's fast path).
   std::vector<Snapshot> snapshots;
   /// Warm-up also lasts at least this long, milliseconds of wall time (a GPU's clocks ramp up
   /// over tens of ms); 0: `warmup` runs only.

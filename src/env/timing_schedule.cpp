@@ -70,6 +70,10 @@ std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::ve
 }
 
 const Snapshot* snapshot_for_run(const RunRequest& request, int run) {
+  // Sorted by run (the verifier's order): a binary search; else (any other order) a scan.
+  const auto& v = request.snapshots;
+  auto it = std::lower_bound(v.begin(), v.end(), run, [](const Snapshot& s, int r) { return s.run < r; });
+  if (it != v.end() && it->run == run) return &*it;
   for (const Snapshot& s : request.snapshots)
     if (s.run == run) return &s;
   return nullptr;

@@ -42,7 +42,8 @@ std::vector<RewriteTarget> rewrite_targets(const BoundPlan& plan, const RunReque
 /// a copy is rotated_tensor(request, set, p). Empty for a single-run job or without a seed.
 std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::vector<RewriteTarget>& targets, int run);
 
-/// The snapshot of run `run` in `request`, or null.
+/// The snapshot of run `run` in `request`, or null: a binary search when the snapshots are sorted
+/// by run (the verifier sorts them; a resolution job has thousands), else a scan.
 const Snapshot* snapshot_for_run(const RunRequest& request, int run);
 
 }  // namespace leap::env

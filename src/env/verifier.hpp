@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 
@@ -66,6 +67,15 @@ class Verifier {
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;
   std::mutex reference_mutex_;
+  /// What a cpu candidate's resolution job measured (docs/env.md "Timing"): its own CPU time per
+  /// run beyond a no-op's (ms), over `runs` runs; `why` non-empty when that had no baseline.
+  struct CpuCheck {
+    double own_ms = -1;
+    int runs = 0;
+    std::string why;
+  };
+  std::mutex cpu_checks_mutex_;
+  std::unordered_map<std::string, CpuCheck> cpu_checks_;  ///< by code, plan, task and threads
   DeviceLock device_lock_;  // timing windows exclusive, correctness runs shared (env/device_lock.hpp)
 };
 

@@ -1,0 +1,179 @@
+// The CPU-time bound on a cpu candidate's reported times, for short kernels (docs/env.md "Timing",
+// "The worker's CPU time bounds the reported times"). Code loaded into the worker can reach the
+// worker's timer (a saved start time on the stack, the timer's own system call site, a hook on
+// the worker's memcpy: docs/env.md "Known limits"), so these tests forge the reported times the
+// way such code would, in the worker, with a test backend whose worker divides every reported
+// time by a factor (its workers are forked, so the settings live in shared memory). What must
+// hold: a few-microsecond kernel whose times are forged 5x is flagged and timed by its CPU time,
+// the same kernel reported honestly is not, and a job that makes fewer runs than asked fails.
+#include <doctest/doctest.h>
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "env/cpu_backend.hpp"
+#include "env/task_runtime.hpp"
+#include "env/verifier.hpp"
+#include "env/worker_pool.hpp"
+#include "support.hpp"
+#include "tasks/task_spec.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
+
+using namespace leap;
+using namespace leap::env;
+
+TEST_SUITE_BEGIN("env");
+
+namespace {
+
+const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
+
+/// What the forging worker does (shared between the parent and its forked workers).
+struct Forgery {
+  std::atomic<int> divide_by{1};       ///< every reported time is divided by this
+  std::atomic<int> truncate_over{0};   ///< > 0: a job asked for more runs than this makes this many
+  std::atomic<int> jobs{0};            ///< jobs run (candidate and no-op alike)
+  std::atomic<int> largest_job{0};     ///< the most runs one job was asked for
+};
+
+/// The cpu backend, whose worker forges what it reports as code in the worker could.
+class ForgingBackend : public CpuBackend {
+ public:
+  ForgingBackend(CpuBackendOptions o, Forgery* f) : CpuBackend(std::move(o)), f_(f) {}
+  RunOutcome execute(const Artifact& a, const BoundPlan& p, const std::vector<void*>& t, const RunRequest& r,
+                     std::atomic<int>* cur) override {
+    f_->jobs.fetch_add(1);
+    const int asked = std::max(0, r.warmup) + std::max(1, r.trials);
+    if (asked > f_->largest_job.load()) f_->largest_job.store(asked);
+    RunRequest req = r;
+    const int cut = f_->truncate_over.load();
+    if (cut > 0 && asked > cut) req.trials = std::max(1, cut - std::max(0, r.warmup));  // the loop ends early
+    RunOutcome out = CpuBackend::execute(a, p, t, req, cur);
+    for (double& ms : out.times_ms) ms /= f_->divide_by.load();
+    return out;
+  }
+
+ private:
+  Forgery* f_;
+};
+
+struct Rig {
+  leap::test::TempDir cache;
+  Forgery* forgery = nullptr;
+  std::shared_ptr<ForgingBackend> backend;
+  std::shared_ptr<WorkerPool> pool;
+  std::unique_ptr<Verifier> verifier;
+  Rig() {
+    void* m = mmap(nullptr, sizeof(Forgery), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(m != MAP_FAILED);
+    forgery = new (m) Forgery();
+    CpuBackendOptions co;
+    co.cache_dir = cache.path.string();
+    co.flags = {"-O2", "-fPIC", "-shared"};
+    backend = std::make_shared<ForgingBackend>(co, forgery);
+    PoolOptions po;
+    po.workers = 1;
+    po.run_timeout_s = 60;
+    po.cpu_time_limit = true;
+    po.spawn = PoolOptions::Spawn::fork;  // the workers run this process's backend object
+    pool = std::make_shared<WorkerPool>(backend, po);
+    VerifierOptions vo;  // the defaults' schedule: 3 warm-up runs, 20 trials (no time box here)
+    vo.seeds = 1;
+    vo.warmup = 3;
+    vo.trials = 20;
+    vo.max_seconds = 0;
+    vo.suspicious_speedup = 1e9;  // one measurement: this is about the CPU bound alone
+    verifier = std::make_unique<Verifier>(backend, pool, vo);
+  }
+  ~Rig() {
+    verifier.reset();
+    pool.reset();
+    munmap(forgery, sizeof(Forgery));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution job and timed by its CPU") {
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");  // 16 x 1024 floats: a few us a call
+  const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+
+  EvalResult honest = rig.verifier->evaluate(task, answer);
+  CAPTURE(honest.feedback);
+  REQUIRE(honest.verdict == Verdict::correct);
+  CHECK_FALSE(honest.suspicious);
+  CHECK(honest.details.count("cpu_bound") == 0);
+  // 23 runs of tens of us are too few for the bound, so a resolution job ran: enough runs that
+  // their reported times sum to 8 ms (kResolveMs), so over a hundred here.
+  REQUIRE(honest.details.count("cpu_check_runs") == 1);
+  const int check_runs = std::stoi(honest.details.at("cpu_check_runs"));
+  CHECK(check_runs * honest.candidate_ms >= 7.5);
+  CHECK(check_runs > 23);
+  CHECK(rig.forgery->largest_job.load() == check_runs);
+
+  // The worker reports a third of every time (as a patched timer, a moved start time or work
+  // moved into the worker's own copies would): 3x the speedup, unless the bound sees it. With 23
+  // runs only, the bound's slack (2 ms a job, 87 us a run) hid it; the resolution job does not.
+  // A fresh verifier (nothing known of this code yet) runs one.
+  Rig fresh;
+  fresh.forgery->divide_by = 3;
+  EvalResult forged = fresh.verifier->evaluate(task, answer);
+  CAPTURE(forged.feedback);
+  REQUIRE(forged.verdict == Verdict::correct);
+  CHECK(forged.suspicious);
+  REQUIRE(forged.details.count("cpu_bound") == 1);
+  CHECK(forged.details.count("cpu_check_s") == 1);  // measured now, by the resolution job
+  CHECK(forged.details.count("cpu_check_cached") == 0);
+  CHECK(forged.feedback.find("timed by its CPU time") != std::string::npos);
+  // Timed by its CPU: about the honest time again, far from a third of it.
+  CHECK(forged.candidate_ms > 0.6 * honest.candidate_ms);
+  CHECK(forged.candidate_ms < 3 * honest.candidate_ms);
+
+  // The first verifier knows this code's CPU a run from its honest grading: the same code graded
+  // again is bounded by it without another resolution job (RL samples repeat)...
+  const int jobs_before = rig.forgery->jobs.load();
+  EvalResult repeat = rig.verifier->evaluate(task, answer);
+  CAPTURE(repeat.feedback);
+  REQUIRE(repeat.verdict == Verdict::correct);
+  CHECK_FALSE(repeat.suspicious);
+  CHECK(repeat.details.count("cpu_check_cached") == 1);
+  CHECK(rig.forgery->jobs.load() - jobs_before == 3);  // its seed, the no-op, the timing job
+  // ... and forged, it is flagged (by the cached CPU a run, or by the timing job's own bound).
+  rig.forgery->divide_by = 5;
+  EvalResult again = rig.verifier->evaluate(task, answer);
+  CAPTURE(again.feedback);
+  REQUIRE(again.verdict == Verdict::correct);
+  CHECK(again.suspicious);
+  CHECK(again.candidate_ms > 0.4 * honest.candidate_ms);
+}
+
+TEST_CASE("env cpu bound: a resolution job that makes fewer runs than it was asked for fails") {
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  // Code that ends the worker's run loop early where it is long (and reports the runs it made):
+  // the runs it skipped would never be checked, nor their CPU counted.
+  rig.forgery->truncate_over = 30;  // the timing job has 23 runs, a resolution job more
+  EvalResult r = rig.verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::runtime_error);
+  CHECK(r.feedback.find("runs it was asked for") != std::string::npos);
+}
+
+TEST_CASE("env cpu bound: a kernel long enough for the bound gets no resolution job") {
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/matmul_square"), "cpu");
+  const std::string answer = leap::test::read_file(kStarter + "/matmul_square/solutions/cpu_ikj.md");
+  EvalResult r = rig.verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == Verdict::correct);
+  CHECK_FALSE(r.suspicious);
+  REQUIRE(r.candidate_ms * 23 >= 8.0);  // (the premise: 23 runs of it sum past kResolveMs)
+  CHECK(r.details.count("cpu_check_runs") == 0);
+  CHECK(rig.forgery->largest_job.load() == 23);
+}
