@@ -360,7 +360,10 @@ TEST_CASE("env timing: work done beside the timed calls is timed by the job's CP
   CHECK(r.suspicious);
   CHECK(r.details.count("cpu_bound") == 1);
   CHECK(r.feedback.find("timed by its CPU time") != std::string::npos);
-  CHECK(r.candidate_ms > 1.0);  // ~30 ms over 6 runs, against microseconds a call
+  // ~30 ms of CPU a job, against microseconds a call: 30 ms over its 6 runs or, a few-us kernel
+  // getting a CPU-time check job of many more runs (docs/env.md "Timing"), over that job's runs
+  const int runs = r.details.count("cpu_check_runs") ? std::stoi(r.details.at("cpu_check_runs")) : 6;
+  CHECK(r.candidate_ms > 0.8 * 30.0 / runs);
 }
 
 TEST_CASE("env timing: the no-op baseline is built for any kernel name the plan allows (main included)") {

@@ -150,7 +150,8 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
                       {"reference_ms", num(r.reference_ms)},
                       {"reference_device", r.details.count("reference_device") ? nlohmann::json(r.details.at("reference_device"))
                                                                               : nlohmann::json(nullptr)},
-                      {"suspicious", r.suspicious}, {"feedback", r.feedback}});
+                      {"suspicious", r.suspicious}, {"feedback", r.feedback},
+                      {"details", r.details}});  // what the environment measured besides (docs/env.md)
     }
     nlohmann::json out = {{"evaluation_id", eval_id}, {"bench", set.name}, {"backend", backend}, {"results", rows},
                           {"counts", counts}, {"metrics", report::metrics_json(metrics)}};

@@ -50,6 +50,12 @@ constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
 /// 23 runs), and the job-to-job noise about +-0.6 ms (relu, 21 runs).
 constexpr double kCpuBoundFactor = 1.5;  // against the median reported time (what the speedup reads)
 constexpr double kCpuBoundSlackMs = 2.0;
+/// ... plus this fraction of the no-op job's CPU a run: what a job costs besides the candidate's
+/// calls (poisoning outputs, rewriting inputs, snapshots, page faults of a fresh process) is
+/// 15-60 us a run on the starter tasks, and it varies by 2-9% from job to job here (2026-12-02),
+/// so the no-op's cost subtracted from the candidate's job is that uncertain: a 0.6-us kernel
+/// (max_pool2d, 4096 runs) measured 0.4-1.95 us of its own CPU a run.
+constexpr double kCpuNoiseFraction = 0.1;
 
 /// The bound resolves a forged time only when the candidate's calls make up most of a job's CPU:
 /// with 23 runs of a 3-us kernel the slack alone is 87 us a run, so a time forged 5x passed. A
@@ -62,9 +68,9 @@ constexpr double kCpuBoundSlackMs = 2.0;
 constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
 constexpr int kResolveMaxRuns = 4096;
 constexpr size_t kResolveSnapshotBytes = size_t(128) << 20;
+constexpr double kResolveReferenceMs = 250;
 /// Resolution results kept per verifier (Verifier::CpuCheck) before the table starts over.
 constexpr size_t kMaxCpuChecks = 100000;
-constexpr double kResolveReferenceMs = 1000;
 
 /// Source of a no-op for `plan`'s kernels (cpu backend): each kernel a global symbol of that
 /// name on a bare `ret`, in assembly, so any name the plan allows compiles (`main` included). Its
@@ -557,9 +563,10 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     use.runs = static_cast<int>(cand.runs.size());
     use.own_ms = cand.job_cpu_ms >= 0 && use.runs > 0 ? cand.job_cpu_ms / use.runs : -1;
     if (use.own_ms >= 0) {
-      if (noop && noop->ok && base.ok() && base.job_cpu_ms >= 0 && !base.runs.empty())
-        use.own_ms -= base.job_cpu_ms / static_cast<double>(base.runs.size());
-      else
+      if (noop && noop->ok && base.ok() && base.job_cpu_ms >= 0 && !base.runs.empty()) {
+        use.noop_ms = base.job_cpu_ms / static_cast<double>(base.runs.size());
+        use.own_ms -= use.noop_ms;
+      } else
         use.why = " (no no-op baseline: " + (noop && noop->ok ? run_failure_text(base) : std::string("it did not compile")) + ")";
     } else {
       use.why = " (its CPU time could not be read)";
@@ -569,16 +576,22 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   };
   // The bound: `reported` is the timing job's median reported time (what the speedup reads, so
   // what is bounded); `use` the CPU of that job or of its resolution job.
+  const double threads = std::max(1, options_.threads);
+  auto cpu_limit = [&](const CpuCheck& use, double reported) {
+    return kCpuBoundFactor * threads * reported + kCpuBoundSlackMs / std::max(1, use.runs) +
+           kCpuNoiseFraction * use.noop_ms;
+  };
+  auto cpu_over = [&](const CpuCheck& use, double reported) {
+    return reference_on_device && use.runs > 0 && !(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported));
+  };
   auto cpu_bound = [&](const CpuCheck& use, double reported, double& cms) {
     if (!reference_on_device || use.runs <= 0) return;
-    const double threads = std::max(1, options_.threads);
     const double own = use.own_ms;
     const std::string& why = use.why;
-    const double limit = kCpuBoundFactor * threads * reported + kCpuBoundSlackMs / use.runs;
     ok.details["cpu_ms_per_run"] = fmt_num(own);
-    if (why.empty() && own <= limit) return;
-    if (!why.empty() && std::isfinite(own) && own <= limit) {  // closed, but within the bound anyway
-      ok.details["cpu_bound_baseline"] = why;
+    ok.details["cpu_noop_ms_per_run"] = fmt_num(use.noop_ms);
+    if (!cpu_over(use, reported)) {
+      if (!why.empty()) ok.details["cpu_bound_baseline"] = why;  // closed, but within the bound anyway
       return;
     }
     ok.suspicious = true;
@@ -594,6 +607,39 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // repeat) is bounded by it without another resolution job.
   const std::string check_key = comp.artifact.key + '\0' + ans.plan_yaml + '\0' + task.spec().name + '\0' +
                                 task.spec().hash + '\0' + std::to_string(options_.threads);
+
+  // A CPU-time check job: the code for exactly `n` runs (every one checked; see prepare_job) and
+  // a no-op job of the same count; `use` gets the code's own CPU a run, `seconds` the wall time.
+  // A job that makes other than the runs it was asked for changed the environment's run loop.
+  auto cpu_check = [&](bool strict, int n, CpuCheck& use, double& seconds) -> std::optional<EvalResult> {
+    const auto start = std::chrono::steady_clock::now();
+    const RunOutcome base = run_baseline(strict, n);
+    TimingJob job;
+    for (int attempt = 0; attempt < 2; ++attempt) {  // an infra_error (out of memory) is retried once
+      if (attempt) ++infra_retries;
+      job = prepare_job(strict, n);
+      std::shared_lock<DeviceLock> shared(device_lock_);
+      job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+      if (job.run.verdict != Verdict::infra_error) break;
+    }
+    if (job.run.verdict == Verdict::infra_error)
+      return infra(job.run.message + " (twice) [during the CPU-time check runs, after passing the correctness checks]");
+    if (job.run.ok()) {  // every run it was asked for, in order: none left unchecked
+      bool whole = job.run.runs.size() == static_cast<size_t>(n) &&
+                   job.run.times_ms.size() == static_cast<size_t>(job.request.trials);
+      for (size_t t = 0; whole && t < job.run.runs.size(); ++t) whole = job.run.runs[t] == static_cast<int>(t);
+      if (!whole)
+        return fail(Verdict::runtime_error, "the CPU-time check job made " + std::to_string(job.run.runs.size()) +
+                                                " of the " + std::to_string(n) +
+                                                " runs it was asked for: the code changed the environment's run loop");
+    }
+    double unused_ms = 0;
+    int unused_n = 0;
+    if (auto bad = verify_job(job, unused_ms, unused_n)) return bad;
+    use = cpu_use(base, job.run);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return std::nullopt;
+  };
 
   auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
     const RunOutcome base = run_baseline(strict);
@@ -618,65 +664,61 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     if (auto bad = verify_job(job, cms, cn)) return bad;
     if (reference_error) return infra(*reference_error);
     const double reported = median(job.run.times_ms);
-    cpu_bound(cpu_use(base, job.run), reported, cms);
-    // Resolution job (kResolveMs): a short kernel's job is too small for the bound to see a
-    // forged time, so the same code runs again for enough runs that it does (outside the timing
-    // window: CPU time does not depend on other load). Its times are not used; its CPU is.
-    const double job_reported_ms = reported * static_cast<double>(job.run.runs.size());
-    if (!ok.suspicious && noop && noop->ok && job_reported_ms < kResolveMs) {
+    const int main_runs = static_cast<int>(job.run.runs.size());
+    CpuCheck use = cpu_use(base, job.run);
+    if (noop && noop->ok && reference_on_device) {
+      // How many runs a CPU-time check job may make: kResolveMaxRuns, the snapshot memory, the
+      // reference time the parent spends checking them.
       size_t out_bytes = 0;
       for (size_t j = 0; j < n_out; ++j) out_bytes += bound.tensors[n_in + j].bytes();
-      double want = std::ceil(kResolveMs / std::max(reported, 1e-6));
-      want = std::min(want, static_cast<double>(kResolveMaxRuns));
-      want = std::min(want, static_cast<double>(kResolveSnapshotBytes / std::max<size_t>(1, out_bytes)));
-      want = std::min(want, std::floor(kResolveReferenceMs / std::max(rms, 1e-6)));
-      const int n2 = static_cast<int>(want);
-      std::optional<CpuCheck> known;
-      {
+      double cap = static_cast<double>(kResolveMaxRuns);
+      cap = std::min(cap, static_cast<double>(kResolveSnapshotBytes / std::max<size_t>(1, out_bytes)));
+      cap = std::min(cap, std::floor(kResolveReferenceMs / std::max(rms, 1e-6)));
+      const int max_check_runs = static_cast<int>(std::max(0.0, cap));
+      // Resolution job (kResolveMs): a short kernel's job is too small for the bound to see a
+      // forged time, so the same code runs again for enough runs that it does (outside the
+      // timing window: CPU time does not depend on other load); its CPU, not the timing job's,
+      // is bounded. Its times are not used.
+      const bool short_job = reported * main_runs < kResolveMs;
+      const int n_resolve =
+          static_cast<int>(std::min<double>(std::ceil(kResolveMs / std::max(reported, 1e-6)), max_check_runs));
+      bool cached = false;
+      int checks = 0;
+      double check_s = 0;
+      if (short_job || cpu_over(use, reported)) {
         std::lock_guard<std::mutex> lock(cpu_checks_mutex_);
-        if (auto it = cpu_checks_.find(check_key); it != cpu_checks_.end()) known = it->second;
+        if (auto it = cpu_checks_.find(check_key); it != cpu_checks_.end()) use = it->second, cached = true;
       }
-      if (known) {
-        ok.details["cpu_check_runs"] = std::to_string(known->runs);
+      if (cached) {
         ok.details["cpu_check_cached"] = "1";
-        cpu_bound(*known, reported, cms);
-      } else if (n2 > static_cast<int>(job.run.runs.size())) {
-        const auto check_start = std::chrono::steady_clock::now();
-        const RunOutcome base2 = run_baseline(strict, n2);
-        TimingJob check_job;
-        for (int attempt = 0; attempt < 2; ++attempt) {  // an infra_error (out of memory) is retried once
-          if (attempt) ++infra_retries;
-          check_job = prepare_job(strict, n2);
-          std::shared_lock<DeviceLock> shared(device_lock_);
-          check_job.run = pool_->run(comp.artifact, check_job.plan, *check_job.buf, check_job.request);
-          if (check_job.run.verdict != Verdict::infra_error) break;
+      } else {
+        if (short_job && n_resolve > main_runs) {
+          if (auto bad = cpu_check(strict, n_resolve, use, check_s)) return bad;
+          ++checks;
         }
-        if (check_job.run.verdict == Verdict::infra_error)
-          return infra(check_job.run.message + " (twice) [during the CPU-time check runs, after passing the correctness checks]");
-        if (check_job.run.ok()) {  // every run it was asked for, in order: none left unchecked
-          bool whole = check_job.run.runs.size() == static_cast<size_t>(n2) &&
-                       check_job.run.times_ms.size() == static_cast<size_t>(check_job.request.trials);
-          for (size_t t = 0; whole && t < check_job.run.runs.size(); ++t) whole = check_job.run.runs[t] == static_cast<int>(t);
-          if (!whole)
-            return fail(Verdict::runtime_error,
-                        "the CPU-time check job made " + std::to_string(check_job.run.runs.size()) + " of the " +
-                            std::to_string(n2) + " runs it was asked for: the code changed the environment's run loop");
+        // A bound that trips is measured once more, and the lower CPU a run is bounded: a burst
+        // of machine noise in one job (once 7.6 ms of CPU in a 16-ms job here) passes the
+        // second; a forged time trips both.
+        const int n_again = checks ? n_resolve : std::min(main_runs, max_check_runs);
+        if (cpu_over(use, reported) && n_again > 0) {
+          CpuCheck again;
+          if (auto bad = cpu_check(strict, n_again, again, check_s)) return bad;
+          if (!cpu_over(again, reported) || again.own_ms < use.own_ms) use = again;
+          ++checks;
         }
-        double unused_ms = 0;
-        int unused_n = 0;
-        if (auto bad = verify_job(check_job, unused_ms, unused_n)) return bad;
-        ok.details["cpu_check_runs"] = std::to_string(n2);
-        ok.details["cpu_check_s"] =
-            fmt_num(std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count());
-        const CpuCheck use = cpu_use(base2, check_job.run);
-        if (use.why.empty() && std::isfinite(use.own_ms)) {
-          std::lock_guard<std::mutex> lock(cpu_checks_mutex_);
-          if (cpu_checks_.size() >= kMaxCpuChecks) cpu_checks_.clear();
-          cpu_checks_[check_key] = use;
+        if (checks) {
+          ok.details["cpu_check_jobs"] = std::to_string(checks);
+          ok.details["cpu_check_s"] = fmt_num(check_s);
+          if (use.why.empty() && std::isfinite(use.own_ms)) {
+            std::lock_guard<std::mutex> lock(cpu_checks_mutex_);
+            if (cpu_checks_.size() >= kMaxCpuChecks) cpu_checks_.clear();
+            cpu_checks_[check_key] = use;
+          }
         }
-        cpu_bound(use, reported, cms);
       }
+      if (cached || checks) ok.details["cpu_check_runs"] = std::to_string(use.runs);
     }
+    cpu_bound(use, reported, cms);
     return std::nullopt;
   };
   if (auto bad = measure(false, cand_ms, cand_n, ref_ms, ref_n)) return *bad;
