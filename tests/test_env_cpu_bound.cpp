@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <ctime>
 #include <memory>
 #include <new>
 #include <string>
@@ -38,6 +39,9 @@ struct Forgery {
   std::atomic<int> truncate_over{0};   ///< > 0: a job asked for more runs than this makes this many
   std::atomic<int> jobs{0};            ///< jobs run (candidate and no-op alike)
   std::atomic<int> largest_job{0};     ///< the most runs one job was asked for
+  std::atomic<int> big_jobs{0};        ///< jobs of more than 23 runs (CPU-time check jobs) so far
+  std::atomic<int> burn_big_job{0};    ///< > 0: that big job (1 = the first) also burns burn_ms of CPU
+  std::atomic<int> burn_ms{0};
 };
 
 /// The cpu backend, whose worker forges what it reports as code in the worker could.
@@ -49,6 +53,10 @@ class ForgingBackend : public CpuBackend {
     f_->jobs.fetch_add(1);
     const int asked = std::max(0, r.warmup) + std::max(1, r.trials);
     if (asked > f_->largest_job.load()) f_->largest_job.store(asked);
+    if (asked > 23 && f_->big_jobs.fetch_add(1) + 1 == f_->burn_big_job.load()) {  // machine noise, once
+      const std::clock_t start = std::clock();
+      while (std::clock() - start < f_->burn_ms.load() * (CLOCKS_PER_SEC / 1000)) asm volatile("");
+    }
     RunRequest req = r;
     const int cut = f_->truncate_over.load();
     if (cut > 0 && asked > cut) req.trials = std::max(1, cut - std::max(0, r.warmup));  // the loop ends early
@@ -129,6 +137,7 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution
   REQUIRE(forged.details.count("cpu_bound") == 1);
   CHECK(forged.details.count("cpu_check_s") == 1);  // measured now, by the resolution job
   CHECK(forged.details.count("cpu_check_cached") == 0);
+  CHECK(forged.details.at("cpu_check_jobs") == "2");  // a bound that trips is measured again
   CHECK(forged.feedback.find("timed by its CPU time") != std::string::npos);
   // Timed by its CPU: about the honest time again, far from a third of it.
   CHECK(forged.candidate_ms > 0.6 * honest.candidate_ms);
@@ -174,6 +183,28 @@ TEST_CASE("env cpu bound: a kernel long enough for the bound gets no resolution 
   REQUIRE(r.verdict == Verdict::correct);
   CHECK_FALSE(r.suspicious);
   REQUIRE(r.candidate_ms * 23 >= 8.0);  // (the premise: 23 runs of it sum past kResolveMs)
-  CHECK(r.details.count("cpu_check_runs") == 0);
+  // No job of more runs than the timing job's (a check job of the same 23 runs only where machine
+  // noise tripped the bound once: it is measured again before it flags)
   CHECK(rig.forgery->largest_job.load() == 23);
+  if (r.details.count("cpu_check_runs")) CHECK(r.details.at("cpu_check_runs") == "23");
+}
+
+
+TEST_CASE("env cpu bound: one check job slowed by machine noise is measured again, and honest code passes") {
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  // The first check job of the code (big job 2: its no-op runs first) takes 40 ms of CPU more, as
+  // a burst of page faults or another process's memory traffic would cost it: over its ~110
+  // runs, 0.36 ms a run against ~0.07 ms reported, far past the bound.
+  rig.forgery->burn_big_job = 2;
+  rig.forgery->burn_ms = 40;
+  EvalResult r = rig.verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == Verdict::correct);
+  CHECK(rig.forgery->big_jobs.load() == 6);  // two check jobs, each between two no-op jobs
+  CHECK(r.details.at("cpu_check_jobs") == "2");
+  CHECK_FALSE(r.suspicious);
+  CHECK(r.details.count("cpu_bound") == 0);
+  CHECK(std::stod(r.details.at("cpu_ms_per_run")) < 0.2);  // the second (lower) measurement is kept
 }

@@ -69,11 +69,12 @@ class Verifier {
   std::mutex reference_mutex_;
   /// What a cpu candidate's resolution job measured (docs/env.md "Timing"): its own CPU time per
   /// run beyond a no-op's (ms), over `runs` runs; `why` non-empty when that had no baseline.
-  /// What one CPU-time measurement found (Verifier::evaluate's `cpu_use`): the candidate's own
-  /// CPU a run (ms, beyond the no-op's), over `runs` runs; the no-op job's CPU a run (ms, 0 when
-  /// there was none); `why` is non-empty when the check failed closed.
+  /// What a CPU-time measurement found (Verifier::evaluate's `cpu_use`): the candidate's job's
+  /// CPU a run (ms), the no-op job's CPU a run (ms, 0 when there was none) and the difference,
+  /// the code's own CPU a run, over `runs` runs; `why` is non-empty when the check failed closed.
   struct CpuCheck {
     double own_ms = -1;
+    double job_ms = -1;
     double noop_ms = 0;
     int runs = 0;
     std::string why;
