@@ -326,6 +326,92 @@ std::string clock_patch(int k) {
          "  memcpy(code + 2, &repl, 8); memcpy(f, code, 12); mprotect((void*)p, 2 * pg, PROT_READ | PROT_EXEC);\n}\n";
 }
 
+/// An answer whose relu computes a quarter of each output in its timed call and points leap's GOT
+/// entries for memcpy and munmap at hooks that finish the output when the worker copies it into a
+/// snapshot, and each set's last output before the worker unmaps the tensors (outside the timed
+/// calls; with that copy in the no-op's job too, the CPU-time bound would not see the moved work).
+std::string got_memcpy_hook_answer() {
+  return relu_answer(R"(#include <cstring>
+#include <elf.h>
+#include <link.h>
+#include <sys/mman.h>
+static void compute(const float* x, float* y, int64_t a, int64_t b) {
+  for (int64_t i = a; i < b; ++i) y[i] = x[i] > 0 ? x[i] : 0;
+}
+static void* got_slot(const char* want) {
+  struct Ctx { const char* want; void* slot; } ctx{want, nullptr};
+  dl_iterate_phdr([](dl_phdr_info* info, size_t, void* data) -> int {
+    Ctx* c = (Ctx*)data;
+    if (info->dlpi_name && info->dlpi_name[0]) return 0;  // the main program (leap) only
+    const ElfW(Dyn)* dyn = nullptr;
+    for (int i = 0; i < info->dlpi_phnum; ++i)
+      if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn)*)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn) return 1;
+    uintptr_t base = info->dlpi_addr, jmprel = 0, symtab = 0, strtab = 0;
+    size_t pltsz = 0;
+    for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; ++d) {
+      if (d->d_tag == DT_JMPREL) jmprel = d->d_un.d_ptr;
+      if (d->d_tag == DT_PLTRELSZ) pltsz = d->d_un.d_val;
+      if (d->d_tag == DT_SYMTAB) symtab = d->d_un.d_ptr;
+      if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+    }
+    auto fix = [&](uintptr_t a) { return a && a < base ? a + base : a; };
+    jmprel = fix(jmprel); symtab = fix(symtab); strtab = fix(strtab);
+    for (size_t off = 0; jmprel && off < pltsz; off += sizeof(ElfW(Rela))) {
+      const ElfW(Rela)* e = (const ElfW(Rela)*)(jmprel + off);
+      const ElfW(Sym)* s = (const ElfW(Sym)*)symtab + ELF64_R_SYM(e->r_info);
+      if (std::strcmp((const char*)strtab + s->st_name, c->want) == 0) c->slot = (void*)(base + e->r_offset);
+    }
+    return 1;
+  }, &ctx);
+  return ctx.slot;
+}
+struct Call { const float* x; float* y; int64_t n, done; };
+static Call calls[16];
+static int ncalls;
+static Call* cur;
+static void* (*real_memcpy)(void*, const void*, size_t);
+static int (*real_munmap)(void*, size_t);
+static void finish(Call& c) {
+  if (c.done < c.n) compute(c.x, c.y, c.done, c.n);
+  c.done = c.n;
+}
+static void* hook_memcpy(void* d, const void* s, size_t len) {  // the worker's snapshot copy
+  if (cur && s == cur->y && len == (size_t)cur->n * 4) finish(*cur);
+  return real_memcpy(d, s, len);
+}
+static int hook_munmap(void* a, size_t len) {  // before the worker unmaps the tensors: each set's last output
+  for (int i = 0; i < ncalls; ++i) finish(calls[i]);
+  return real_munmap(a, len);
+}
+static void put(void* slot, void* fn) {
+  mprotect((void*)((uintptr_t)slot & ~(uintptr_t)4095), 8192, PROT_READ | PROT_WRITE);
+  std::memcpy(slot, &fn, sizeof fn);
+}
+static bool installed;
+__attribute__((constructor)) static void install() {
+  void* m = got_slot("memcpy");
+  void* u = got_slot("munmap");
+  if (!m || !u) return;
+  real_memcpy = (void* (*)(void*, const void*, size_t))(*(void**)m);
+  real_munmap = (int (*)(void*, size_t))(*(void**)u);
+  put(m, (void*)&hook_memcpy);
+  put(u, (void*)&hook_munmap);
+  installed = true;
+}
+extern "C" void relu(const float* x, float* y, int64_t n) {
+  Call* c = nullptr;
+  for (int i = 0; i < ncalls; ++i)
+    if (calls[i].y == y) c = &calls[i];
+  if (!c && ncalls < 16) c = &calls[ncalls++];
+  if (!installed || !c) { compute(x, y, 0, n); return; }
+  *c = Call{x, y, n, n / 4};
+  compute(x, y, 0, n / 4);
+  cur = c;
+}
+)");
+}
+
 }  // namespace
 
 TEST_CASE("env timing: a clock the code rewrites does not change its timed calls (the worker's own system call)") {
@@ -401,4 +487,14 @@ TEST_CASE("env timing: no code of the answer runs after its last call (its destr
                  1, 5);
   CAPTURE(r.feedback);
   CHECK(r.verdict == env::Verdict::correct);
+}
+
+TEST_CASE("env timing: a hook on leap's memcpy does not see the snapshot copies, so moved work is a wrong output") {
+  // (An adversarial check, 2026-12-02: with the worker's snapshot copy through the PLT, this
+  // answer passed as correct at 3x the honest loop's speedup, unflagged: the work it moved into
+  // the copy the no-op's job pays for too.)
+  auto r = grade("relu", got_memcpy_hook_answer(), 1, 5, 1);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::wrong_output);
+  CHECK(r.feedback.find("timed call") != std::string::npos);
 }
