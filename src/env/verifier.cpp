@@ -51,12 +51,12 @@ constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
 constexpr double kCpuBoundFactor = 1.5;  // against the median reported time (what the speedup reads)
 constexpr double kCpuBoundSlackMs = 2.0;
 /// ... plus this fraction of the no-op job's CPU a run: what a job costs besides the candidate's
-/// calls (poisoning outputs, rewriting inputs, snapshots, page faults of a fresh process) is
-/// 15-120 us a run on the starter tasks and varies from job to job (by 2-9% here, 2026-12-02),
-/// so the no-op's cost subtracted from the candidate's job is that uncertain. With the lower of
-/// two no-op jobs and a repeat of a check that trips (cpu_merge), 0.05 flagged no honest starter
-/// solution and 28 of 29 forged 3x in a survey here (docs/env.md "Timing").
-constexpr double kCpuNoiseFraction = 0.05;
+/// calls (poisoning outputs, rewriting inputs, snapshots, a fresh process) is 15-80 us a run on
+/// the starter tasks and varies from job to job, so the no-op's cost subtracted from the
+/// candidate's job is uncertain. With the lower of two no-op jobs and a repeat of a check that
+/// trips (cpu_merge), 0.02 flagged no honest starter solution and 28 of 29 forged 3x in a survey
+/// here (2026-12-02, docs/env.md "Timing"); 0.05 and 0.1 the same or fewer.
+constexpr double kCpuNoiseFraction = 0.02;
 
 /// The bound resolves a forged time only when the candidate's calls make up most of a job's CPU:
 /// with 23 runs of a 3-us kernel the slack alone is 87 us a run, so a time forged 5x passed. A
