@@ -8,18 +8,17 @@
 // the same kernel reported honestly is not, and a job that makes fewer runs than asked fails.
 #include <doctest/doctest.h>
 
-#include <sys/mman.h>
 
 #include <atomic>
 #include <ctime>
 #include <memory>
-#include <new>
 #include <string>
 
 #include "env/cpu_backend.hpp"
 #include "env/task_runtime.hpp"
 #include "env/verifier.hpp"
 #include "env/worker_pool.hpp"
+#include "forked_rig.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -69,44 +68,24 @@ class ForgingBackend : public CpuBackend {
   Forgery* f_;
 };
 
-struct Rig {
-  leap::test::TempDir cache;
-  Forgery* forgery = nullptr;
-  std::shared_ptr<ForgingBackend> backend;
-  std::shared_ptr<WorkerPool> pool;
-  std::unique_ptr<Verifier> verifier;
-  Rig() {
-    void* m = mmap(nullptr, sizeof(Forgery), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(m != MAP_FAILED);
-    forgery = new (m) Forgery();
-    CpuBackendOptions co;
-    co.cache_dir = cache.path.string();
-    co.flags = {"-O2", "-fPIC", "-shared"};
-    backend = std::make_shared<ForgingBackend>(co, forgery);
-    PoolOptions po;
-    po.workers = 1;
-    po.run_timeout_s = 60;
-    po.cpu_time_limit = true;
-    po.spawn = PoolOptions::Spawn::fork;  // the workers run this process's backend object
-    pool = std::make_shared<WorkerPool>(backend, po);
-    VerifierOptions vo;  // the defaults' schedule: 3 warm-up runs, 20 trials (no time box here)
-    vo.seeds = 1;
-    vo.warmup = 3;
-    vo.trials = 20;
-    vo.max_seconds = 0;
-    vo.suspicious_speedup = 1e9;  // one measurement: this is about the CPU bound alone
-    verifier = std::make_unique<Verifier>(backend, pool, vo);
-  }
-  ~Rig() {
-    verifier.reset();
-    pool.reset();
-    munmap(forgery, sizeof(Forgery));
-  }
+VerifierOptions rig_options() {
+  VerifierOptions vo;  // the defaults' schedule: 3 warm-up runs, 20 trials (no time box here)
+  vo.seeds = 1;
+  vo.warmup = 3;
+  vo.trials = 20;
+  vo.max_seconds = 0;
+  vo.suspicious_speedup = 1e9;  // one measurement: this is about the CPU bound alone
+  return vo;
+}
+
+struct Rig : leap::test::ForkedRig<Forgery, ForgingBackend> {
+  Forgery* const forgery = shared;
+  Rig() : ForkedRig({"-O2", "-fPIC", "-shared"}, rig_options()) {}
 };
 
 }  // namespace
 
-TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution job and timed by its CPU") {
+TEST_CASE("env cpu bound: a short kernel's forged times are seen by a CPU-time check job and timed by its CPU") {
   Rig rig;
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");  // 16 x 1024 floats: a few us a call
   const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
@@ -116,7 +95,7 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution
   REQUIRE(honest.verdict == Verdict::correct);
   CHECK_FALSE(honest.suspicious);
   CHECK(honest.details.count("cpu_bound") == 0);
-  // 23 runs of tens of us are too few for the bound, so a resolution job ran: enough runs that
+  // 23 runs of tens of us are too few for the bound, so a CPU-time check job ran: enough runs that
   // their reported times sum to 8 ms (kResolveMs), so over a hundred here.
   REQUIRE(honest.details.count("cpu_check_runs") == 1);
   const int check_runs = std::stoi(honest.details.at("cpu_check_runs"));
@@ -126,7 +105,7 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution
 
   // The worker reports a third of every time (as a patched timer, a moved start time or work
   // moved into the worker's own copies would): 3x the speedup, unless the bound sees it. With 23
-  // runs only, the bound's slack (2 ms a job, 87 us a run) hid it; the resolution job does not.
+  // runs only, the bound's slack (2 ms a job, 87 us a run) hid it; the check job does not.
   // A fresh verifier (nothing known of this code yet) runs one.
   Rig fresh;
   fresh.forgery->divide_by = 3;
@@ -135,7 +114,7 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution
   REQUIRE(forged.verdict == Verdict::correct);
   CHECK(forged.suspicious);
   REQUIRE(forged.details.count("cpu_bound") == 1);
-  CHECK(forged.details.count("cpu_check_s") == 1);  // measured now, by the resolution job
+  CHECK(forged.details.count("cpu_check_s") == 1);  // measured now, by the check job
   CHECK(forged.details.count("cpu_check_cached") == 0);
   CHECK(forged.details.at("cpu_check_jobs") == "2");  // a bound that trips is measured again
   CHECK(forged.feedback.find("timed by its CPU time") != std::string::npos);
@@ -144,7 +123,7 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution
   CHECK(forged.candidate_ms < 3 * honest.candidate_ms);
 
   // The first verifier knows this code's CPU a run from its honest grading: the same code graded
-  // again is bounded by it without another resolution job (RL samples repeat)...
+  // again is bounded by it without another check job (RL samples repeat)...
   const int jobs_before = rig.forgery->jobs.load();
   EvalResult repeat = rig.verifier->evaluate(task, answer);
   CAPTURE(repeat.feedback);
@@ -161,20 +140,20 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a resolution
   CHECK(again.candidate_ms > 0.4 * honest.candidate_ms);
 }
 
-TEST_CASE("env cpu bound: a resolution job that makes fewer runs than it was asked for fails") {
+TEST_CASE("env cpu bound: a CPU-time check job that makes fewer runs than it was asked for fails") {
   Rig rig;
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
   const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   // Code that ends the worker's run loop early where it is long (and reports the runs it made):
   // the runs it skipped would never be checked, nor their CPU counted.
-  rig.forgery->truncate_over = 30;  // the timing job has 23 runs, a resolution job more
+  rig.forgery->truncate_over = 30;  // the timing job has 23 runs, a CPU-time check job more
   EvalResult r = rig.verifier->evaluate(task, answer);
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::runtime_error);
   CHECK(r.feedback.find("runs it was asked for") != std::string::npos);
 }
 
-TEST_CASE("env cpu bound: a kernel long enough for the bound gets no resolution job") {
+TEST_CASE("env cpu bound: a kernel long enough for the bound gets no check job") {
   Rig rig;
   RuntimeTask task(tasks::load_task(kStarter + "/matmul_square"), "cpu");
   const std::string answer = leap::test::read_file(kStarter + "/matmul_square/solutions/cpu_ikj.md");

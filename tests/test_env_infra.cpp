@@ -23,6 +23,7 @@
 #include "report/metrics_table.hpp"
 #include "rl/scoring.hpp"
 #include "store/store.hpp"
+#include "forked_rig.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -79,42 +80,21 @@ class InjectingBackend : public CpuBackend {
   Faults* f_;
 };
 
-struct Rig {
-  leap::test::TempDir cache;
-  Faults* faults = nullptr;
-  std::shared_ptr<InjectingBackend> backend;
-  std::shared_ptr<WorkerPool> pool;
-  std::unique_ptr<Verifier> verifier;
-  Rig() {
-    void* m = mmap(nullptr, sizeof(Faults), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(m != MAP_FAILED);
-    faults = new (m) Faults();
-    CpuBackendOptions co;
-    co.cache_dir = cache.path.string();
-    co.flags = {"-O1", "-fPIC", "-shared"};
-    backend = std::make_shared<InjectingBackend>(co, faults);
-    PoolOptions po;
-    po.workers = 1;
-    // Generous: these tests are about infrastructure replies, not time limits. CPU time is what
-    // counts, and the wall-clock backstop (3 x 60 s) outlasts a machine stalled by other tests
-    // (a `ctest -j 2` run once took 61.6 s of wall time for the baseline grading here).
-    po.run_timeout_s = 60;
-    po.cpu_time_limit = true;
-    po.spawn = PoolOptions::Spawn::fork;  // the workers run this process's backend object
-    pool = std::make_shared<WorkerPool>(backend, po);
-    VerifierOptions vo;
-    vo.seeds = 2;
-    vo.warmup = 1;
-    vo.trials = 3;
-    vo.max_seconds = 0.2;
-    vo.suspicious_speedup = 1e9;  // one measurement
-    verifier = std::make_unique<Verifier>(backend, pool, vo);
-  }
-  ~Rig() {
-    verifier.reset();
-    pool.reset();
-    munmap(faults, sizeof(Faults));
-  }
+VerifierOptions rig_options() {
+  VerifierOptions vo;
+  vo.seeds = 2;
+  vo.warmup = 1;
+  vo.trials = 3;
+  vo.max_seconds = 0.2;
+  vo.suspicious_speedup = 1e9;  // one measurement
+  return vo;
+}
+
+// (The rig's 60 s of CPU a job: a `ctest -j 2` run once took 61.6 s of wall time for the
+// baseline grading here.)
+struct Rig : leap::test::ForkedRig<Faults, InjectingBackend> {
+  Faults* const faults = shared;
+  Rig() : ForkedRig({"-O1", "-fPIC", "-shared"}, rig_options()) {}
 };
 
 rl::RolloutResult rollout_of(const EvalResult& r) {
@@ -235,7 +215,7 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
     EvalResult r = rig.verifier->evaluate(task, good);
     CAPTURE(r.feedback);
     CHECK(r.verdict == Verdict::correct);
-    // 2 seeds, the no-op baseline, the timing job twice (the resolution job's CPU a run is known
+    // 2 seeds, the no-op baseline, the timing job twice (the check job's CPU a run is known
     // from the first grading)
     CHECK(rig.faults->candidate_jobs.load() == 5);
     CHECK(r.details.at("infra_retries") == "1");

@@ -43,7 +43,7 @@ std::vector<RewriteTarget> rewrite_targets(const BoundPlan& plan, const RunReque
 std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::vector<RewriteTarget>& targets, int run);
 
 /// The snapshot of run `run` in `request`, or null: a binary search when the snapshots are sorted
-/// by run (the verifier sorts them; a resolution job has thousands), else a scan.
+/// by run (the verifier sorts them; a CPU-time check job has thousands), else a scan.
 const Snapshot* snapshot_for_run(const RunRequest& request, int run);
 
 }  // namespace leap::env

@@ -62,7 +62,7 @@ constexpr double kCpuNoiseFraction = 0.05;
 /// The bound resolves a forged time only when the candidate's calls make up most of a job's CPU:
 /// with 23 runs of a 3-us kernel the slack alone is 87 us a run, so a time forged 5x passed. A
 /// timing job whose runs' reported times sum to less than kResolveMs is therefore followed by a
-/// resolution job: the same code for a fixed number of runs whose reported times would sum to
+/// check job: the same code for a fixed number of runs whose reported times would sum to
 /// kResolveMs (the slack is then at most a quarter of the reported time a run), every run checked,
 /// the exact run count required, and a no-op baseline of the same count. At most kResolveMaxRuns
 /// runs, as many as fit kResolveSnapshotBytes of snapshots, and as many as the parent can check
@@ -71,7 +71,7 @@ constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
 constexpr int kResolveMaxRuns = 4096;
 constexpr size_t kResolveSnapshotBytes = size_t(128) << 20;
 constexpr double kResolveReferenceMs = 250;
-/// Resolution results kept per verifier (Verifier::CpuCheck) before the table starts over.
+/// Check results kept per verifier (Verifier::CpuCheck) before the table starts over.
 constexpr size_t kMaxCpuChecks = 100000;
 
 /// Source of a no-op for `plan`'s kernels (cpu backend): each kernel a global symbol of that
@@ -357,7 +357,9 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     std::unique_ptr<SharedBuffers> buf;
     RunOutcome run;
   };
-  // `fixed_runs` > 0: a resolution job (kResolveMs above): exactly that many runs (the configured
+  size_t out_bytes = 0;  // one set's outputs
+  for (size_t j = 0; j < n_out; ++j) out_bytes += bound.tensors[n_in + j].bytes();
+  // `fixed_runs` > 0: a CPU-time check job (kResolveMs above): exactly that many runs (the configured
   // warm-up first), no time box, every run checked.
   auto prepare_job = [&](bool strict, int fixed_runs = 0) {
     TimingJob job;
@@ -370,8 +372,6 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     uint64_t secret = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ util::fnv1a64(comp.artifact.key);
     if (secret == 0) secret = 1;
     std::mt19937_64 pick(secret);
-    size_t out_bytes = 0;  // one set's outputs
-    for (size_t j = 0; j < n_out; ++j) out_bytes += bound.tensors[n_in + j].bytes();
     const size_t budget = std::max<size_t>(size_t(256) << 20, 2 * out_bytes);  // snapshot memory
     // Every run, where that is cheap: code that computes only the runs it guesses are checked
     // (or reads which ones from its own process's memory) then fails on any other.
@@ -591,7 +591,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     return m;
   };
   // The bound: `reported` is the timing job's median reported time (what the speedup reads, so
-  // what is bounded); `use` the CPU of that job or of its resolution job.
+  // what is bounded); `use` the CPU of that job or of its CPU-time check job.
   const double threads = std::max(1, options_.threads);
   auto cpu_limit = [&](const CpuCheck& use, double reported) {
     return kCpuBoundFactor * threads * reported + kCpuBoundSlackMs / std::max(1, use.runs) +
@@ -618,9 +618,9 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
                ", against a median of " + fmt_ms(reported) + " ms reported by the timed calls: the code ran outside " +
                "its timed calls or altered the timer, so it is timed by its CPU time (" + fmt_ms(cms) + " ms) and flagged";
   };
-  // What a resolution job measured is a property of the code, its plan and the task (the same
+  // What a CPU-time check job measured is a property of the code, its plan and the task (the same
   // program costs the same CPU a run): kept per verifier, so an answer graded again (RL samples
-  // repeat) is bounded by it without another resolution job.
+  // repeat) is bounded by it without another check job.
   const std::string check_key = comp.artifact.key + '\0' + ans.plan_yaml + '\0' + task.spec().name + '\0' +
                                 task.spec().hash + '\0' + std::to_string(options_.threads);
 
@@ -686,13 +686,11 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     if (noop && noop->ok && reference_on_device) {
       // How many runs a CPU-time check job may make: kResolveMaxRuns, the snapshot memory, the
       // reference time the parent spends checking them.
-      size_t out_bytes = 0;
-      for (size_t j = 0; j < n_out; ++j) out_bytes += bound.tensors[n_in + j].bytes();
       double cap = static_cast<double>(kResolveMaxRuns);
       cap = std::min(cap, static_cast<double>(kResolveSnapshotBytes / std::max<size_t>(1, out_bytes)));
       cap = std::min(cap, std::floor(kResolveReferenceMs / std::max(rms, 1e-6)));
       const int max_check_runs = static_cast<int>(std::max(0.0, cap));
-      // Resolution job (kResolveMs): a short kernel's job is too small for the bound to see a
+      // CPU-time check job (kResolveMs): a short kernel's job is too small for the bound to see a
       // forged time, so the same code runs again for enough runs that it does (outside the
       // timing window: CPU time does not depend on other load); its CPU, not the timing job's,
       // is bounded. Its times are not used.

@@ -67,11 +67,10 @@ class Verifier {
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;
   std::mutex reference_mutex_;
-  /// What a cpu candidate's resolution job measured (docs/env.md "Timing"): its own CPU time per
-  /// run beyond a no-op's (ms), over `runs` runs; `why` non-empty when that had no baseline.
-  /// What a CPU-time measurement found (Verifier::evaluate's `cpu_use`): the candidate's job's
-  /// CPU a run (ms), the no-op job's CPU a run (ms, 0 when there was none) and the difference,
-  /// the code's own CPU a run, over `runs` runs; `why` is non-empty when the check failed closed.
+  /// What a CPU-time measurement of a cpu candidate found (Verifier::evaluate's `cpu_use`;
+  /// docs/env.md "Timing"): its job's CPU a run (ms), the no-op job's CPU a run (ms, 0 when there
+  /// was none) and the difference, the code's own CPU a run, over `runs` runs; `why` is non-empty
+  /// when the check failed closed.
   struct CpuCheck {
     double own_ms = -1;
     double job_ms = -1;
