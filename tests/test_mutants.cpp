@@ -44,11 +44,13 @@ TEST_CASE("mutants: each edit kind, in source order; loop headers, subscripts an
       "    acc += std::exp(v);\n"
       "    for (int i = 0; i < n; ++i) s = fmaxf(s, x[i - 1]);\n"
       "    y[0] = v > 0.0f ? v : 0.0f;\n"
+      "    z *= w <= 1.0f;\n"
       "}\n";
   const auto ms = rl::solution_mutants(head + code + tail);
-  std::vector<std::string> edits, lines;
+  std::vector<std::string> edits, lines, kinds;
   for (const auto& m : ms) {
     edits.push_back(m.edit);
+    kinds.push_back(m.kind);
     REQUIRE(m.text.size() > head.size() + tail.size());
     CHECK(m.text.substr(0, head.size()) == head);  // prose and launch plan are never edited
     CHECK(m.text.substr(m.text.size() - tail.size()) == tail);
@@ -65,8 +67,12 @@ TEST_CASE("mutants: each edit kind, in source order; loop headers, subscripts an
   }
   const std::vector<std::string> want_edits = {
       "line 3: '+' -> '-'",      "line 3: '*' -> '/'",   "line 3: '0.5f' -> '1.0f'", "line 4: '+=' -> '-='",
-      "line 4: 'exp' -> 'expm1'", "line 5: 'fmaxf' -> 'fminf'", "line 6: '>' -> '<'"};
+      "line 4: 'exp' -> 'expm1'", "line 5: 'fmaxf' -> 'fminf'", "line 6: '>' -> '<'", "line 7: '*=' -> '/='", "line 7: '<=' -> '>='", "line 7: '1.0f' -> '2.0f'"};
   CHECK(edits == want_edits);
+  // train.sft.mutant_kinds selects twins by these
+  const std::vector<std::string> want_kinds = {"arithmetic", "arithmetic", "literal",   "compound",
+                                               "function",   "function",   "comparison", "compound", "comparison", "literal"};
+  CHECK(kinds == want_kinds);
   const std::vector<std::string> want_lines = {
       "    float a = b - c * 0.5f;  // x + y",
       "    float a = b + c / 0.5f;  // x + y",
@@ -74,7 +80,10 @@ TEST_CASE("mutants: each edit kind, in source order; loop headers, subscripts an
       "    acc -= std::exp(v);",
       "    acc += std::expm1(v);",
       "    for (int i = 0; i < n; ++i) s = fminf(s, x[i - 1]);",
-      "    y[0] = v < 0.0f ? v : 0.0f;"};
+      "    y[0] = v < 0.0f ? v : 0.0f;",
+      "    z /= w <= 1.0f;",
+      "    z *= w >= 1.0f;",
+      "    z *= w <= 2.0f;"};
   CHECK(lines == want_lines);
 
   CHECK(rl::solution_mutants("no code block here").empty());

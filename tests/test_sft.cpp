@@ -220,6 +220,48 @@ TEST_CASE("sft pool: twin_solutions caps the solutions that get twins to a seede
   CHECK(s.pool(all).second_turn == 2);
 }
 
+TEST_CASE("sft pool: mutant_kinds keeps only mutants of the listed kinds as twins") {
+  Setup s;
+  s.exp.train.sft.mutants = 1;
+  // relu's one mutant is a comparison; gelu_tanh has arithmetic, function and literal ones.
+  for (const std::vector<std::string>& kinds : std::vector<std::vector<std::string>>{
+           {"comparison"}, {"function"}, {"literal", "arithmetic"}, {"compound"}}) {
+    CAPTURE(kinds.front());
+    s.exp.train.sft.mutant_kinds = kinds;
+    std::set<std::string> allowed;  // every mutant text of a listed kind, by the mutants' own kinds
+    size_t with_kind = 0;           // solutions with at least one such mutant
+    for (size_t t = 0; t < 2; ++t) {
+      bool any = false;
+      for (const auto& m : rl::solution_mutants(s.solution(t)))
+        if (std::find(kinds.begin(), kinds.end(), m.kind) != kinds.end()) {
+          allowed.insert(m.text);
+          any = true;
+        }
+      with_kind += any ? 1 : 0;
+    }
+    FixedGrader grader;
+    const auto pool = s.pool(grader);
+    CHECK(pool.wrong_twins == with_kind);  // every mutant is wrong here: one twin per solution that has the kind
+    CHECK(pool.graded == with_kind);
+    for (const auto& call : grader.calls)
+      for (const auto& answer : call) CHECK(allowed.count(answer) == 1);
+    std::set<std::vector<int64_t>> allowed_ids;
+    for (const auto& text : allowed) allowed_ids.insert(s.policy->encode_completion(text));
+    for (size_t i = pool.solutions; i < pool.samples.size(); ++i)  // the turn-1 twins' targets
+      CHECK(allowed_ids.count(pool.samples[i].completion_ids) == 1);
+  }
+  // The kinds above are not vacuous: relu's twin is a comparison, gelu_tanh has no comparison.
+  s.exp.train.sft.mutant_kinds = {"comparison"};
+  FixedGrader one;
+  CHECK(s.pool(one).wrong_twins == 1);
+  REQUIRE(one.calls.size() == 1);
+  CHECK(one.calls[0].size() == 1);
+  s.exp.train.sft.mutant_kinds = {"compound"};  // neither solution has a compound assignment
+  FixedGrader none;
+  CHECK(s.pool(none).wrong_twins == 0);
+  CHECK(none.calls.empty());
+}
+
 TEST_CASE("sft_lr: constant, or cosine from lr at step 1 to 0 at the last step") {
   config::SftConfig c;
   c.lr = 0.004;

@@ -163,6 +163,10 @@ struct SftConfig {
   /// Twins (for `mutants` and `second_turn`) are made for at most this many shipped solutions, a
   /// seeded sample, so a large task set's warm start grades a bounded number of mutants; 0 = all.
   int64_t twin_solutions = 0;
+  /// Only mutants of these kinds (rl/mutants.hpp Mutant::kind: arithmetic, compound, comparison,
+  /// function, literal) become twins; empty = every kind. One kind gives the warm start one
+  /// systematic mistake across programs (docs/results.md).
+  std::vector<std::string> mutant_kinds;
   /// Learning rate over the supervised steps: constant, or cosine from `lr` to 0 at `steps`.
   std::string schedule = "constant";
 };

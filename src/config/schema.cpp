@@ -235,6 +235,9 @@ std::vector<Field> build() {
                 member(&E_::train, &TrainConfig::sft, &SftConfig::twin_solutions),
                 "wrong twins (mutants, second_turn) for at most N shipped solutions, a seeded sample (0 = all)", 0,
                 kInf));
+  s.push_back(E("train.sft.mutant_kinds", {"arithmetic", "compound", "comparison", "function", "literal"},
+                member(&E_::train, &TrainConfig::sft, &SftConfig::mutant_kinds),
+                "only mutants of these edit kinds become wrong twins (empty = every kind)", FT::EnumList));
   s.push_back(E("train.sft.schedule", {"constant", "cosine"},
                 member(&E_::train, &TrainConfig::sft, &SftConfig::schedule),
                 "supervised learning rate over the steps: constant, or cosine from lr to 0 at the last step"));

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <map>
@@ -61,9 +62,20 @@ std::string float_literal(double v, bool f_suffix) {
   return f_suffix ? s + "f" : s;
 }
 
-/// Mutants of one code line: (new line, edit description) pairs, in column order.
-std::vector<std::pair<std::string, std::string>> line_mutants(const std::string& line) {
-  std::vector<std::pair<std::string, std::string>> out;
+/// One edit of a line: the new line, its description and its kind (Mutant::kind).
+struct LineEdit {
+  std::string line, what, kind;
+};
+
+/// Kind of an operator edit from its `from` text (" += ", " < ", ...).
+const char* operator_kind(std::string_view from) {
+  if (from.size() == 4) return from[2] == '=' && (from[1] == '<' || from[1] == '>') ? "comparison" : "compound";
+  return from[1] == '<' || from[1] == '>' ? "comparison" : "arithmetic";
+}
+
+/// Mutants of one code line, in column order.
+std::vector<LineEdit> line_mutants(const std::string& line) {
+  std::vector<LineEdit> out;
   const size_t first = line.find_first_not_of(" \t");
   if (first == std::string::npos) return out;
   const std::string_view body(line.c_str() + first);
@@ -71,7 +83,12 @@ std::vector<std::pair<std::string, std::string>> line_mutants(const std::string&
       body.rfind("*", 0) == 0)
     return out;
   const auto keep = protected_mask(line);
-  std::vector<std::pair<size_t, std::pair<std::string, std::string>>> sites;  // column, (from, to)
+  struct Site {
+    size_t col;
+    std::string from, to;
+    const char* kind;
+  };
+  std::vector<Site> sites;
 
   // Operators written with a space on each side (so `x[i+1]`, `++i`, `float* p` are not matched).
   static const std::pair<const char*, const char*> ops[] = {
@@ -80,7 +97,7 @@ std::vector<std::pair<std::string, std::string>> line_mutants(const std::string&
   for (const auto& [from, to] : ops) {
     const std::string_view f(from);
     for (size_t p = line.find(f); p != std::string::npos; p = line.find(f, p + 1))
-      if (free_span(keep, p, f.size())) sites.push_back({p, {std::string(from), std::string(to)}});
+      if (free_span(keep, p, f.size())) sites.push_back({p, std::string(from), std::string(to), operator_kind(f)});
   }
   // Math functions: `name(`, `std::name(`, `namef(`.
   static const std::map<std::string, std::string> fns = {{"tanh", "sinh"}, {"exp", "expm1"}, {"sqrt", "cbrt"},
@@ -101,7 +118,7 @@ std::vector<std::pair<std::string, std::string>> line_mutants(const std::string&
         base.pop_back();
         f = true;
       }
-      if (auto it = fns.find(base); it != fns.end()) sites.push_back({p, {word, it->second + (f ? "f" : "")}});
+      if (auto it = fns.find(base); it != fns.end()) sites.push_back({p, word, it->second + (f ? "f" : ""), "function"});
     }
     // Float literals: digits '.' digits [f], not part of an identifier; zero is left alone.
     if (std::isdigit(static_cast<unsigned char>(line[p])) && free_span(keep, p, e - p)) {
@@ -114,22 +131,22 @@ std::vector<std::pair<std::string, std::string>> line_mutants(const std::string&
         const size_t end = r + (f ? 1 : 0);
         if ((end >= line.size() || !ident_char(line[end])) && free_span(keep, p, end - p)) {
           const double v = std::stod(line.substr(p, r - p));
-          if (v != 0.0) sites.push_back({p, {line.substr(p, end - p), float_literal(2 * v, f)}});
+          if (v != 0.0) sites.push_back({p, line.substr(p, end - p), float_literal(2 * v, f), "literal"});
         }
         e = std::max(e, end);
       }
     }
     p = e;
   }
-  std::sort(sites.begin(), sites.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [col, edit] : sites) {
+  std::stable_sort(sites.begin(), sites.end(), [](const Site& a, const Site& b) { return a.col < b.col; });
+  for (const auto& site : sites) {
     std::string m = line;
-    m.replace(col, edit.first.size(), edit.second);
+    m.replace(site.col, site.from.size(), site.to);
     auto trim = [](std::string s) {
       const size_t a = s.find_first_not_of(' '), b = s.find_last_not_of(' ');
       return a == std::string::npos ? s : s.substr(a, b - a + 1);
     };
-    out.push_back({m, "'" + trim(edit.first) + "' -> '" + trim(edit.second) + "'"});
+    out.push_back({m, "'" + trim(site.from) + "' -> '" + trim(site.to) + "'", site.kind});
   }
   return out;
 }
@@ -151,10 +168,11 @@ std::vector<Mutant> solution_mutants(const std::string& solution) {
     size_t line_end = solution.find('\n', line_start);
     if (line_end == std::string::npos || line_end > close) line_end = close;
     const std::string line = solution.substr(line_start, line_end - line_start);
-    for (auto& [text, what] : line_mutants(line)) {
+    for (auto& e : line_mutants(line)) {
       Mutant m;
-      m.text = solution.substr(0, line_start) + text + solution.substr(line_end);
-      m.edit = fmt::format("line {}: {}", line_no, what);
+      m.text = solution.substr(0, line_start) + e.line + solution.substr(line_end);
+      m.edit = fmt::format("line {}: {}", line_no, e.what);
+      m.kind = std::move(e.kind);
       out.push_back(std::move(m));
     }
     line_start = line_end + 1;

@@ -11,7 +11,14 @@ namespace leap::rl {
 struct Mutant {
   std::string text;  ///< the solution (prose, code block, launch plan) with the edit applied
   std::string edit;  ///< what changed, e.g. "line 9: '>' -> '<'" (line within the code block, 1-based)
+  /// The edit's kind: "arithmetic" (+ - * /), "compound" (+= -= *= /=), "comparison"
+  /// (< > <= >=), "function" (a math function swapped) or "literal" (a float literal doubled);
+  /// `train.sft.mutant_kinds` selects twins by it.
+  std::string kind;
 };
+
+/// The five values of Mutant::kind, in the order of its doc comment.
+inline constexpr const char* kMutantKinds[] = {"arithmetic", "compound", "comparison", "function", "literal"};
 
 /// Every one-edit mutant of the first ```cpp or ```cuda block of `solution` (markdown answer
 /// format of DESIGN.md section 3), in source order. An edit is one of: a binary arithmetic or

@@ -77,6 +77,9 @@ std::vector<std::vector<Twin>> wrong_twins(SftContext& c, const std::vector<cons
   std::vector<std::vector<env::EvalResult>> results(solutions.size());
   for (size_t i = 0; i < solutions.size(); ++i) {
     cands[i] = solution_mutants(solutions[i]);
+    const auto& kinds = c.exp.train.sft.mutant_kinds;
+    if (!kinds.empty())
+      std::erase_if(cands[i], [&](const Mutant& m) { return std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end(); });
     std::shuffle(cands[i].begin(), cands[i].end(), rng);
     if (cands[i].size() > kTried) cands[i].resize(kTried);
   }

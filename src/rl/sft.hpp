@@ -57,7 +57,8 @@ struct SftPool {
 
 /// Builds the warm start's examples from the train split's shipped solutions. With
 /// n = max(train.sft.mutants, train.sft.second_turn) > 0, each solution also gets up to n wrong
-/// twins: its one-edit mutants (rl/mutants.hpp) in a seeded order, at most 8 graded by
+/// twins: its one-edit mutants (rl/mutants.hpp; only train.sft.mutant_kinds' kinds when that list
+/// is not empty) in a seeded order, at most 8 graded by
 /// `ctx.grader`, wrong_output ones first, then compile, launch or runtime errors (never correct,
 /// timeout or infra_error); grading runs in rounds and stops for a solution once it has n
 /// wrong_output twins. Of a solution's twins, the first train.sft.mutants become turn-1 targets
