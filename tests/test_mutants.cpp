@@ -9,6 +9,7 @@
 #include "cli/environment.hpp"
 #include "env/task_runtime.hpp"
 #include "rl/grader.hpp"
+#include "config/schema.hpp"
 #include "rl/mutants.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
@@ -89,6 +90,12 @@ TEST_CASE("mutants: each edit kind, in source order; loop headers, subscripts an
   CHECK(rl::solution_mutants("no code block here").empty());
   CHECK(rl::solution_mutants("```cpp\n```\n").empty());
   CHECK(rl::solution_mutants("```cpp\nint main() { return 0; }\n```\n").empty());  // nothing to edit
+}
+
+TEST_CASE("mutants: the config key train.sft.mutant_kinds allows exactly the kinds mutants carry") {
+  const auto* field = config::find_field("train.sft.mutant_kinds");
+  REQUIRE(field != nullptr);
+  CHECK(field->choices == std::vector<std::string>(std::begin(rl::kMutantKinds), std::end(rl::kMutantKinds)));
 }
 
 TEST_CASE("mutants: the starter relu, silu and tanh cpu solutions' mutants are all judged wrong by the cpu environment") {
