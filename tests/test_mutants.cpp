@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "cli/environment.hpp"
+#include "config/schema.hpp"
 #include "env/task_runtime.hpp"
 #include "rl/grader.hpp"
-#include "config/schema.hpp"
 #include "rl/mutants.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"

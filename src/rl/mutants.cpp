@@ -62,20 +62,16 @@ std::string float_literal(double v, bool f_suffix) {
   return f_suffix ? s + "f" : s;
 }
 
-/// One edit of a line: the new line, its description and its kind (Mutant::kind).
-struct LineEdit {
-  std::string line, what, kind;
-};
-
 /// Kind of an operator edit from its `from` text (" += ", " < ", ...).
 const char* operator_kind(std::string_view from) {
   if (from.size() == 4) return from[2] == '=' && (from[1] == '<' || from[1] == '>') ? "comparison" : "compound";
   return from[1] == '<' || from[1] == '>' ? "comparison" : "arithmetic";
 }
 
-/// Mutants of one code line, in column order.
-std::vector<LineEdit> line_mutants(const std::string& line) {
-  std::vector<LineEdit> out;
+/// Mutants of one code line, in column order: `text` is the edited line, `edit` the change
+/// without its line number ("'>' -> '<'").
+std::vector<Mutant> line_mutants(const std::string& line) {
+  std::vector<Mutant> out;
   const size_t first = line.find_first_not_of(" \t");
   if (first == std::string::npos) return out;
   const std::string_view body(line.c_str() + first);
@@ -168,11 +164,9 @@ std::vector<Mutant> solution_mutants(const std::string& solution) {
     size_t line_end = solution.find('\n', line_start);
     if (line_end == std::string::npos || line_end > close) line_end = close;
     const std::string line = solution.substr(line_start, line_end - line_start);
-    for (auto& e : line_mutants(line)) {
-      Mutant m;
-      m.text = solution.substr(0, line_start) + e.line + solution.substr(line_end);
-      m.edit = fmt::format("line {}: {}", line_no, e.what);
-      m.kind = std::move(e.kind);
+    for (auto& m : line_mutants(line)) {
+      m.text = solution.substr(0, line_start) + m.text + solution.substr(line_end);
+      m.edit = fmt::format("line {}: {}", line_no, m.edit);
       out.push_back(std::move(m));
     }
     line_start = line_end + 1;

@@ -75,9 +75,9 @@ std::vector<std::vector<Twin>> wrong_twins(SftContext& c, const std::vector<cons
   std::mt19937_64 rng(util::mix_seed(c.exp.train.seed, 0x3A7));
   std::vector<std::vector<Mutant>> cands(solutions.size());
   std::vector<std::vector<env::EvalResult>> results(solutions.size());
+  const auto& kinds = c.exp.train.sft.mutant_kinds;
   for (size_t i = 0; i < solutions.size(); ++i) {
     cands[i] = solution_mutants(solutions[i]);
-    const auto& kinds = c.exp.train.sft.mutant_kinds;
     if (!kinds.empty())
       std::erase_if(cands[i], [&](const Mutant& m) { return std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end(); });
     std::shuffle(cands[i].begin(), cands[i].end(), rng);
