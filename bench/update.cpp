@@ -12,12 +12,13 @@
 // stored context and completion text, tokenized again with --tokenizer's tokenizer.json, becomes a
 // sample with its stored advantage, and a side runs every step's update as that run's trainer did
 // (the quickstart's settings: old log-probs from the rollout, no KL, segment_mean, temperature
-// 0.7, max_len 400, mini-batches of --mini-batch). Summaries (compaction) are not stored as turns
+// 0.7, max_len 400, mini-batches of --mini-batch); --step N replays step N only. Summaries (compaction) are not stored as turns
 // and are left out. The quickstart's policy runs on one thread: pass --threads 1 to match it.
 //   ninja -C build bench_update && ./build/bench_update [--pairs 5] [--preset tiny|qwen2.5-1.5b]
 //       [--groups 2] [--group-size 8] [--prompt 570] [--turn2 4] [--extra 500] [--completion 220]
 //       [--mini-batch 8] [--device cpu|cuda] [--dtype fp32|bf16] [--checkpointing 0|1] [--threads 0]
-//       [--store results/leap.db [--run ID] [--tokenizer models/tiny]]
+//       [--store results/leap.db [--run ID] [--tokenizer models/tiny] [--step N]]
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
                                           {"--extra", "500"},    {"--completion", "220"},  {"--mini-batch", "8"},
                                           {"--device", "cpu"},   {"--dtype", "fp32"},      {"--checkpointing", "0"},
                                           {"--threads", "0"},    {"--store", ""},          {"--run", ""},
-                                          {"--tokenizer", "models/tiny"}};
+                                          {"--tokenizer", "models/tiny"}, {"--step", "0"}, {"--model", ""}, {"--ftz", "0"}};
   for (int i = 1; i < argc; i += 2) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "usage: bench_update [--option value]...; options and defaults:\n";
@@ -146,14 +147,18 @@ int main(int argc, char** argv) {
     if (I("--threads") > 0) at::set_num_threads(static_cast<int>(I("--threads")));
     const torch::Device dev = a["--device"] == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     const bool bf16 = a["--dtype"] == "bf16";
-    model::Transformer policy(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
+    if (I("--ftz") != 0) at::globalContext().setFlushDenormal(true);
+    model::Transformer policy = a["--model"].empty()
+                                    ? model::Transformer(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]))
+                                    : model::load_transformer(a["--model"], torch::kFloat32, dev);
     model::Transformer reference(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]));
     policy->to(dev);  // fp32 master weights; random values drawn where they live
     reference->to(dev, bf16 ? torch::kBFloat16 : torch::kFloat32);
     {
       torch::NoGradGuard ng;
       torch::manual_seed(0);
-      for (auto& p : policy->parameters()) p.normal_(0.0, 0.02);
+      if (a["--model"].empty())
+        for (auto& p : policy->parameters()) p.normal_(0.0, 0.02);
       for (auto& p : reference->parameters()) p.normal_(0.0, 0.02);
     }
     policy->rotary.inv_freq = policy->rotary.inv_freq.to(dev);
@@ -188,6 +193,10 @@ int main(int argc, char** argv) {
       const auto tok = model::Tokenizer::from_file(a["--tokenizer"]);
       int64_t mismatched = 0;
       replay = load_run(a["--store"], &a["--run"], tok, &mismatched);
+      if (I("--step") > 0) {  // one step only (to look at one step's cost)
+        std::erase_if(replay, [&](const StoredStep& st) { return st.step != I("--step"); });
+        if (replay.empty()) throw std::runtime_error("--step " + a["--step"] + ": the run has no such RL step");
+      }
       size_t n = 0;
       int64_t ctx = 0, comp = 0;
       for (const auto& st : replay)
@@ -222,10 +231,17 @@ int main(int argc, char** argv) {
       for (const auto& st : replay) {
         auto data = st.samples;
         const double t0 = bench::now_s();
+        std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
+        if (std::getenv("BENCH_PROFILE") && share) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(std::getenv("BENCH_PROFILE"));
         rl::compute_old_logprobs(policy, nullptr, data, o);
         rl::set_step_segment_weights(data, nullptr);
-        rl::ppo_update(policy, opt, params, data, o);
+        const auto us = rl::ppo_update(policy, opt, params, data, o);
         total += bench::now_s() - t0;
+        if (std::getenv("BENCH_VERBOSE"))
+          std::printf("  step %lld %s: %zu samples, %lld token columns run, %lld in other rows, %lld not run\n",
+                      static_cast<long long>(st.step), share ? "shared" : "unshared", data.size(),
+                      static_cast<long long>(us.tokens_run), static_cast<long long>(us.samples_in_other_rows),
+                      static_cast<long long>(us.samples_not_run));
       }
       return total;
     };

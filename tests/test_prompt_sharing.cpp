@@ -19,10 +19,11 @@ using namespace leap::model;
 namespace {
 
 // A small random Qwen2-style model (GQA, qkv bias, untied head) in fp32.
-Transformer small_model(uint64_t seed, bool tied = false) {
+Transformer small_model(uint64_t seed, bool tied = false, int64_t max_positions = 512) {
   const std::string cfg = std::string(R"({"model_type": "qwen2", "hidden_size": 32, "num_hidden_layers": 3,
     "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 97,
-    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": )") +
+    "max_position_embeddings": )") + std::to_string(max_positions) +
+                          R"(, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": )" +
                           (tied ? "true" : "false") + "}";
   Transformer m(parse_model_config(cfg, "test config"));
   torch::manual_seed(static_cast<int64_t>(seed));
@@ -69,9 +70,10 @@ struct UpdateRun {
   std::vector<torch::Tensor> weights;
   rl::UpdateStats stats;
 };
-UpdateRun run_update(const std::vector<rl::TrainSample>& samples, uint64_t model_seed, const rl::UpdateOptions& o) {
-  auto model = small_model(model_seed);
-  auto ref = small_model(model_seed + 1);
+UpdateRun run_update(const std::vector<rl::TrainSample>& samples, uint64_t model_seed, const rl::UpdateOptions& o,
+                     int64_t max_positions = 512) {
+  auto model = small_model(model_seed, false, max_positions);
+  auto ref = small_model(model_seed + 1, false, max_positions);
   UpdateRun run{samples, {}, {}};
   rl::compute_old_logprobs(model, &ref, run.data, o);
   {
@@ -88,7 +90,7 @@ UpdateRun run_update(const std::vector<rl::TrainSample>& samples, uint64_t model
 
 /// Checks that two run_update results (unshared a, shared b) agree: old and reference log-probs,
 /// weights (and that the update moved them), loss and KL.
-void check_same_update(const UpdateRun& a, const UpdateRun& b, uint64_t model_seed) {
+void check_same_update(const UpdateRun& a, const UpdateRun& b, uint64_t model_seed, int64_t max_positions = 512) {
   double lp_diff = 0;
   for (size_t i = 0; i < a.data.size(); ++i)
     for (size_t j = 0; j < a.data[i].old_logp.size(); ++j) {
@@ -97,7 +99,7 @@ void check_same_update(const UpdateRun& a, const UpdateRun& b, uint64_t model_se
     }
   CHECK(lp_diff < 2e-5);
   double w_diff = 0, moved = 0;
-  auto start = small_model(model_seed);
+  auto start = small_model(model_seed, false, max_positions);
   auto sp = start->parameters();
   for (size_t i = 0; i < a.weights.size(); ++i) {
     w_diff = std::max(w_diff, max_abs(a.weights[i] - b.weights[i]));
@@ -290,6 +292,61 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
     CHECK(alone < 2e-5);
   }
   CHECK(s0.entropy == doctest::Approx(s1.entropy).epsilon(1e-4));
+}
+
+TEST_CASE("prompt sharing: units of very different prefix lengths run apart, a unit of one without a prefix") {
+  // One mini-batch: unit A (3 rows, a 30-token prompt, 300-token completions), unit B (3 rows, a
+  // 1000-token prompt, 300-token completions) and C (one row of 100 + 50 tokens). A's rows attend
+  // to their own 30 prefix columns, not to B's 1000 (A's prefix is left padded to them), and C
+  // runs whole, without a prefix. The update equals the unshared one, and each sample's old
+  // log-probs its own row's.
+  std::mt19937_64 rng(21);
+  std::vector<rl::TrainSample> samples;
+  auto add = [&](const std::vector<int64_t>& prompt, size_t completion, int64_t first_token, double adv) {
+    rl::TrainSample s;
+    s.prompt_ids = prompt;
+    s.completion_ids = random_ids(rng, completion);
+    s.completion_ids[0] = first_token;  // rows of a unit differ from their first completion token on
+    s.advantage = adv;
+    s.segment_id = static_cast<int64_t>(samples.size());
+    samples.push_back(std::move(s));
+  };
+  const auto a = random_ids(rng, 30), b = random_ids(rng, 1000), c = random_ids(rng, 100);
+  for (int i = 0; i < 3; ++i) add(a, 300, 10 + i, i == 1 ? 1.0 : -0.5);
+  for (int i = 0; i < 3; ++i) add(b, 300, 20 + i, i == 2 ? 0.8 : -0.4);
+  add(c, 50, 5, 0.6);
+  rl::UpdateOptions o;
+  o.mini_batch_size = 8;
+  o.seed = 2;
+  o.loss.kl_beta = 0.05;
+  o.temperature = 0.9;
+  o.max_grad_norm = 0;
+  o.share_prompts = false;
+  const auto r0 = run_update(samples, 5, o, 2048);
+  o.share_prompts = true;
+  const auto r1 = run_update(samples, 5, o, 2048);
+  // Token columns run (an independent count of the layout above): the two unit prefixes [2, 1000]
+  // (A's 30 tokens left padded), A's and B's tails in parts of their own (3 x 300 each), C whole
+  // (1 x 150). With one part for all six tails and C as a unit of one holding 149 of its tokens
+  // as its prefix, it would be 3 x 1000 + 6 x 300 + 1 x 1.
+  // Unshared: C with A's rows (a [4, 100 + 300] part: prompts left padded to C's, completions to
+  // A's) and B's rows apart ([3, 1300]).
+  CHECK(r0.stats.tokens_run == 4 * 400 + 3 * 1300);
+  CHECK(r1.stats.tokens_run == 2 * 1000 + 3 * 300 + 3 * 300 + 150);
+  check_same_update(r0, r1, 5, 2048);
+  auto model = small_model(5, false, 2048);
+  torch::NoGradGuard ng;
+  double alone = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    auto row = samples[i].prompt_ids;
+    row.insert(row.end(), samples[i].completion_ids.begin(), samples[i].completion_ids.end());
+    auto t = torch::tensor(row, torch::kInt64).unsqueeze(0);
+    const int64_t C = static_cast<int64_t>(samples[i].completion_ids.size());
+    auto lp = completion_logprobs(model, t, {}, C, 0.9).logprobs[0];
+    for (int64_t j = 0; j < C; ++j)
+      alone = std::max(alone, std::abs(lp[j].item<double>() - static_cast<double>(r1.data[i].old_logp[static_cast<size_t>(j)])));
+  }
+  CHECK(alone < 2e-5);
 }
 
 TEST_CASE("prompt sharing: prefilling each distinct prompt once leaves generation unchanged") {

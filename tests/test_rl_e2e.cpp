@@ -279,7 +279,7 @@ std::pair<int, int> check_rows(store::Store& db, const config::Experiment& exp, 
 }
 
 /// Compaction with a 16-token budget: every later turn's prompt is a compact record. Digest: it
-/// lists every earlier attempt's stored verdict and shows the latest one; summary: it carries
+/// lists the stored verdict of every attempt before the latest and shows the latest one once; summary: it carries
 /// the summary that the `compaction_summary` event of that turn holds.
 void check_compact_records(store::Store& db, const std::string& strategy) {
   int compacted = 0;
@@ -294,8 +294,15 @@ void check_compact_records(store::Store& db, const std::string& strategy) {
         if (!t.compacted) continue;
         ++compacted;
         if (strategy == "digest") {
-          for (const auto& u : r.turns)
-            if (u.turn < t.turn) CHECK(t.prompt.find("attempt " + std::to_string(u.turn) + ": " + u.verdict) != std::string::npos);
+          // A verdict line per attempt before the latest; the latest (t.turn - 1) only as code and result.
+          for (const auto& u : r.turns) {
+            const bool listed = t.prompt.find("attempt " + std::to_string(u.turn) + ": " + u.verdict) != std::string::npos;
+            if (u.turn < t.turn - 1) CHECK(listed);
+            if (u.turn == t.turn - 1) {
+              CHECK_FALSE(listed);
+              CHECK(t.prompt.find("Result: " + u.verdict) != std::string::npos);
+            }
+          }
           CHECK(t.prompt.find("Your latest attempt (attempt " + std::to_string(t.turn - 1) + ")") != std::string::npos);
           CHECK(t.prompt.find("Summary of your earlier attempts") == std::string::npos);
         } else {

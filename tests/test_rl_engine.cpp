@@ -261,8 +261,16 @@ TEST_CASE("rl engine: DCP off expands every failure; compaction replaces earlier
     CHECK(ro.turns[2].segment == 2);
     const auto& user = ro.turns[2].prompt.at(1).content;
     CHECK(ro.turns[2].prompt.size() == 2);
-    CHECK(user.find("attempt 1: format_error") != std::string::npos);
-    CHECK(user.find("attempt 2: format_error") != std::string::npos);
+    // Turn 3: attempt 1 as a verdict line; attempt 2, the latest, once: its code and its result.
+    CHECK(user.find("Your earlier attempts:\nattempt 1: format_error") != std::string::npos);
+    CHECK(user.find("attempt 2: format_error") == std::string::npos);
+    CHECK(user.find("Your latest attempt (attempt 2):\n" + ro.turns[1].sample.text) != std::string::npos);
+    CHECK(user.find("Result: format_error") != std::string::npos);
+    // Turn 2: the latest attempt is the only one, so no verdict lines and no heading.
+    const auto& user2 = ro.turns[1].prompt.at(1).content;
+    CHECK(user2.find("Your earlier attempts") == std::string::npos);
+    CHECK(user2.find("attempt 1: ") == std::string::npos);
+    CHECK(user2.find("Your latest attempt (attempt 1):\n" + ro.turns[0].sample.text) != std::string::npos);
     CHECK(ro.compactions == 2);
   }
   // relu: 2 turn-1 failures + rollout 3 at turn 2 -> compactions 2 + 1 (rollout 3 twice, rollout 2 once).

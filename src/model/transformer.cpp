@@ -122,6 +122,22 @@ PrefixKV PrefixKV::select_rows(const torch::Tensor& rows) const {
   return out;
 }
 
+PrefixKV PrefixKV::drop_columns(int64_t n) const {
+  TORCH_CHECK(!k.empty() && n >= 0 && n < k.front().size(2), "drop_columns: n must be in [0, Lp)");
+  if (n == 0) return *this;
+  PrefixKV out;
+  const int64_t Lp = k.front().size(2);
+  for (const auto& t : k) out.k.push_back(t.narrow(2, n, Lp - n));
+  for (const auto& t : v) out.v.push_back(t.narrow(2, n, Lp - n));
+  if (tokens.defined()) out.tokens = tokens.narrow(1, n, Lp - n);
+  if (hidden.defined()) {
+    const int64_t cut = std::max<int64_t>(0, n - hidden_from);  // kept hidden columns that are dropped
+    out.hidden = hidden.narrow(1, cut, hidden.size(1) - cut);
+    out.hidden_from = std::max<int64_t>(0, hidden_from - n);
+  }
+  return out;
+}
+
 // ---- Attention / MLP / Layer ---------------------------------------------------------------
 
 namespace {

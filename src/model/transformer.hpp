@@ -87,6 +87,10 @@ struct PrefixKV {
   torch::Tensor tokens;  ///< [U, Lp] int64, the prefix tokens (set by prefix_keys_values)
   /// The rows `rows` (int64 indices [B] on the tensors' device) of every layer's keys and values.
   PrefixKV select_rows(const torch::Tensor& rows) const;
+  /// The same prefix without its first `n` columns (0 <= n < Lp; views, no copy): keys, values,
+  /// tokens, and the hidden states of the columns kept. For rows whose prefixes are shorter than
+  /// Lp - n, these columns are only left padding, so they can attend to the rest alone.
+  PrefixKV drop_columns(int64_t n) const;
 };
 
 class DecoderLayerImpl;  // attention + MLP block (defined in transformer.cpp)

@@ -19,8 +19,13 @@ Prompt compact_record(const tasks::TaskSpec& spec, const std::string& backend, c
   if (strategy == "summary") {
     body += "\nSummary of your earlier attempts:\n" + summary + "\n";
   } else {
-    body += "\nYour earlier attempts:\n";
-    for (const auto& t : turns) body += digest_line(t.turn, env::to_string(t.result.verdict), t.result.feedback) + "\n";
+    // The attempts before the latest, one verdict line each; the latest appears once, as its
+    // code here and its verdict with the whole feedback below. Keeping the one text that differs
+    // between rollouts with the same program (the feedback's numbers) after the code lets such
+    // rollouts' contexts share every token up to it (prompt sharing, docs/training.md).
+    if (turns.size() > 1) body += "\nYour earlier attempts:\n";
+    for (size_t k = 0; k + 1 < turns.size(); ++k)
+      body += digest_line(turns[k].turn, env::to_string(turns[k].result.verdict), turns[k].result.feedback) + "\n";
     body += "\nYour latest attempt (attempt " + std::to_string(last.turn) + "):\n" + strip_think(last.sample.text) + "\n";
   }
   body += "\n" + feedback_message(env::to_string(last.result.verdict), last.result.feedback, last.result.speedup);

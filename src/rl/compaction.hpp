@@ -36,8 +36,8 @@ void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn
                      uint64_t seed, EngineStats& stats);
 
 /// The compact record that replaces a rollout's earlier turns: [system, user] where the user
-/// message is the task, then (digest) one digest_line per earlier attempt and the latest attempt
-/// without its reasoning, or (summary) "Summary of your earlier attempts:" and `summary`, then
+/// message is the task, then (digest) one digest_line per attempt before the latest (none, and no
+/// heading, when the latest is the only one) and the latest attempt without its reasoning, or (summary) "Summary of your earlier attempts:" and `summary`, then
 /// the latest verdict's feedback. Throws leap::Error if `turns` is empty.
 Prompt compact_record(const tasks::TaskSpec& spec, const std::string& backend, const std::string& strategy,
                       const std::vector<TurnResult>& turns, const std::string& summary);

@@ -26,15 +26,19 @@ struct Part {
   torch::Tensor attention_mask;  ///< [n, P + C_part] int64
   int64_t completion_len = 0;    ///< C_part
   std::vector<int64_t> rows;     ///< the samples it scores, in output order (positions in idx)
-  torch::Tensor prefix_row;      ///< [n] int64: each row's share unit (shared batches only)
+  torch::Tensor prefix_row;      ///< [n] int64: each row's share unit (shared batches; undefined for a
+                                 ///< part of rows without a prefix, run as in an unshared batch)
+  int64_t prefix_drop = 0;       ///< the part attends to the prefix columns from this one on (the
+                                 ///< columns before are left padding for all its rows' units)
   model::ScoreSpans score;       ///< set (score.row defined) when rows score other samples too, and
                                  ///< always with sharing: output k scores row score.row[k] from column
                                  ///< score.start[k] (with sharing, a column of [prefix | row])
   int64_t first_read = 0;        ///< with sharing: the first column of [prefix | row] a span reads
 };
 
-/// A mini-batch: one or two parts (rows of very different lengths run apart, so short rows are
-/// not padded to the long ones' width), and with prompt sharing the unit prefixes, one row per unit.
+/// A mini-batch: one or more parts (rows of very different lengths run apart, so short rows are
+/// not padded to the long ones' width), and with prompt sharing the unit prefixes, one row per
+/// unit of two or more rows (a unit of one runs its row whole, in a part without a prefix).
 struct Batch {
   std::vector<Part> parts;
   torch::Tensor completion_mask;  ///< [B, C] fp32, rows in idx order
@@ -72,6 +76,50 @@ std::vector<std::vector<int64_t>> split_rows(const std::vector<int64_t>& plen, c
   if (cut == 0 || best > 0.8 * whole) return {order};
   return {std::vector<int64_t>(order.begin(), order.begin() + static_cast<long>(cut)),
           std::vector<int64_t>(order.begin() + static_cast<long>(cut), order.end())};
+}
+
+/// Splits rows that continue share-unit prefixes (unit prefix length plen, tail length tlen) into
+/// parts, each run as one forward whose rows attend to the longest prefix among its rows' units
+/// (the shorter ones are left padded to it) and are right padded to its longest tail. The cost of
+/// a part is its padded area weighted by the keys a column attends to: rows x W x (1 + (P +
+/// W / 2) / kKeys), plus kPart per part; rows sorted by (prefix, tail), the cuts by dynamic
+/// programming. One part unless the split costs at most 0.8 of it (as split_rows).
+std::vector<std::vector<int64_t>> split_shared_rows(const std::vector<int64_t>& plen, const std::vector<int64_t>& tlen) {
+  // A column attending to kKeys keys costs about twice its projections and MLP (the tiny model on
+  // the CPU, where attention's backward is the slowest kernel); a part costs about kPart columns
+  // more (its calls, and smaller matrix products). Both measured with bench_update --store on a
+  // quickstart run: kPart 150, 400 and 1000 gave shared / unshared 0.41, 0.39 and 0.44.
+  constexpr double kKeys = 300, kPart = 400;
+  const size_t n = plen.size();
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return plen[a] != plen[b] ? plen[a] < plen[b] : tlen[a] < tlen[b];
+  });
+  auto cost = [&](size_t from, size_t to) {
+    double p = 0, w = 1;
+    for (size_t i = from; i < to; ++i) {
+      p = std::max(p, static_cast<double>(plen[order[i]]));
+      w = std::max(w, static_cast<double>(tlen[order[i]]));
+    }
+    return static_cast<double>(to - from) * w * (1 + (p + w / 2) / kKeys) + kPart;
+  };
+  std::vector<double> best(n + 1, 0);
+  std::vector<size_t> cut(n + 1, 0);
+  for (size_t j = 1; j <= n; ++j) {
+    best[j] = cost(0, j);
+    for (size_t i = 1; i < j; ++i)
+      if (const double c = best[i] + cost(i, j); c < best[j]) {
+        best[j] = c;
+        cut[j] = i;
+      }
+  }
+  if (n == 0 || best[n] > 0.8 * cost(0, n)) return {order};
+  std::vector<std::vector<int64_t>> parts;
+  for (size_t j = n; j > 0; j = cut[j])
+    parts.emplace_back(order.begin() + static_cast<long>(cut[j]), order.begin() + static_cast<long>(j));
+  std::reverse(parts.begin(), parts.end());
+  return parts;
 }
 
 /// Fills a part's [n, W] token and mask tensors and its spans; both layouts below use it.
@@ -270,28 +318,59 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
     }
     return b;
   }
-  // Shared: the unit prefixes [U, Lp] (left padded), then the rows' tails against them.
+  // Shared: the prefixes [U, Lp] (left padded) of the units of two or more rows, then the rows'
+  // tails against them. A unit of one runs its row whole, without a prefix: as a prefix of all
+  // its tokens but one it would pad every other unit's prefix to its length.
+  std::vector<ShareUnit> solo;
+  std::erase_if(plan, [&](const ShareUnit& u) {
+    if (u.members.size() > 1) return false;
+    solo.push_back(u);
+    return true;
+  });
+  if (!solo.empty()) {
+    std::vector<int64_t> plen, clen, rows_solo;
+    for (const auto& u : solo) {
+      const int64_t h = hosts[u.members.front()];
+      rows_solo.push_back(h);
+      plen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).prompt_ids.size()));
+      clen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).completion_ids.size()));
+    }
+    for (auto& k : split_rows(plen, clen)) {
+      std::vector<int64_t> rows;
+      for (int64_t i : k) rows.push_back(rows_solo[static_cast<size_t>(i)]);
+      b.parts.push_back(make_part(samples, idx, rows, carried, pad_id, device));
+    }
+  }
   std::vector<size_t> skip(idx.size(), 0);
-  std::vector<int64_t> row_unit(idx.size(), 0);
+  std::vector<int64_t> row_unit(idx.size(), 0), shared_rows;
   int64_t Lp = 0;
   for (size_t u = 0; u < plan.size(); ++u) {
     Lp = std::max<int64_t>(Lp, static_cast<int64_t>(plan[u].prefix_len));
     for (size_t m : plan[u].members) {
       skip[static_cast<size_t>(hosts[m])] = plan[u].prefix_len;
       row_unit[static_cast<size_t>(hosts[m])] = static_cast<int64_t>(u);
+      shared_rows.push_back(hosts[m]);
     }
   }
-  std::vector<int64_t> tail, none;
-  for (int64_t h : hosts) tail.push_back(static_cast<int64_t>(seq_len(at(static_cast<size_t>(h))) - skip[static_cast<size_t>(h)]));
-  none.assign(hosts.size(), 0);
-  for (auto& hrows : split_rows(tail, none)) {
+  std::vector<int64_t> tail, plen;
+  for (int64_t h : shared_rows) {
+    tail.push_back(static_cast<int64_t>(seq_len(at(static_cast<size_t>(h))) - skip[static_cast<size_t>(h)]));
+    plen.push_back(static_cast<int64_t>(skip[static_cast<size_t>(h)]));
+  }
+  b.prefix_hidden_from = Lp;
+  for (auto& hrows : split_shared_rows(plen, tail)) {
     std::vector<int64_t> rows, units;
+    int64_t keep = 0;  // the part's longest unit prefix: the prefix columns it attends to
     for (int64_t k : hrows) {
-      rows.push_back(hosts[static_cast<size_t>(k)]);
+      rows.push_back(shared_rows[static_cast<size_t>(k)]);
       units.push_back(row_unit[static_cast<size_t>(rows.back())]);
+      keep = std::max(keep, plen[static_cast<size_t>(k)]);
     }
-    b.parts.push_back(make_tail_part(samples, idx, rows, skip, carried, Lp, pad_id, device));
-    b.parts.back().prefix_row = torch::tensor(units, torch::kInt64).to(device);
+    b.parts.push_back(make_tail_part(samples, idx, rows, skip, carried, keep, pad_id, device));
+    auto& part = b.parts.back();
+    part.prefix_row = torch::tensor(units, torch::kInt64).to(device);
+    part.prefix_drop = Lp - keep;
+    b.prefix_hidden_from = std::min(b.prefix_hidden_from, part.first_read + part.prefix_drop);
   }
   const int64_t U = static_cast<int64_t>(plan.size());
   auto pt = torch::full({U, Lp}, pad_id, torch::kInt64);
@@ -308,8 +387,6 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
     }
   }
   b.shared = true;
-  b.prefix_hidden_from = Lp;
-  for (const auto& part : b.parts) b.prefix_hidden_from = std::min(b.prefix_hidden_from, part.first_read);
   b.prefix_tokens = pt.to(device);
   b.prefix_mask = pm.to(device);
   return b;
@@ -355,15 +432,19 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
   std::vector<int64_t> rows;
   for (const auto& part : b.parts) {
     model::TokenLogProbs lp;
+    const bool shared = b.shared && part.prefix_row.defined();
+    // The part's rows attend to the prefix columns from prefix_drop on (the rest is padding to them).
+    const model::PrefixKV pkv = shared ? kv.drop_columns(part.prefix_drop) : model::PrefixKV{};
+    const torch::Tensor pmask =
+        shared ? b.prefix_mask.narrow(1, part.prefix_drop, b.prefix_mask.size(1) - part.prefix_drop) : torch::Tensor();
     if (part.score.row.defined())
-      lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens, part.attention_mask,
-                                               part.score, temperature)
-                    : model::completion_logprobs(m, part.tokens, part.attention_mask, part.score, temperature);
+      lp = shared ? model::continue_logprobs(m, pkv, pmask, part.prefix_row, part.tokens, part.attention_mask, part.score,
+                                             temperature)
+                  : model::completion_logprobs(m, part.tokens, part.attention_mask, part.score, temperature);
     else
-      lp = b.shared ? model::continue_logprobs(m, kv, b.prefix_mask, part.prefix_row, part.tokens,
-                                               part.attention_mask, part.completion_len, temperature)
-                    : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len,
-                                                 temperature);
+      lp = shared ? model::continue_logprobs(m, pkv, pmask, part.prefix_row, part.tokens, part.attention_mask,
+                                             part.completion_len, temperature)
+                  : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len, temperature);
     const int64_t pad = b.completion_len - lp.logprobs.size(1);  // spans are at most C wide
     lps.push_back(pad ? torch::constant_pad_nd(lp.logprobs, {0, pad}) : lp.logprobs);
     ents.push_back(pad ? torch::constant_pad_nd(lp.entropy, {0, pad}) : lp.entropy);
