@@ -12,12 +12,17 @@
 // stored context and completion text, tokenized again with --tokenizer's tokenizer.json, becomes a
 // sample with its stored advantage, and a side runs every step's update as that run's trainer did
 // (the quickstart's settings: old log-probs from the rollout, no KL, segment_mean, temperature
-// 0.7, max_len 400, mini-batches of --mini-batch); --step N replays step N only. Summaries (compaction) are not stored as turns
-// and are left out. The quickstart's policy runs on one thread: pass --threads 1 to match it.
+// 0.7, max_len 400, mini-batches of --mini-batch); --step N replays step N only, --model DIR
+// loads a checkpoint's weights instead of random ones, --verbose 1 prints each step's token
+// columns run, --profile FILE writes a LibTorch profiler trace (Chrome JSON) of the shared side's
+// replay, overwritten by each shared step (use it with --step). Summaries (compaction) are not stored as turns
+// and are left out. The quickstart's policy runs on two threads (model.cpu_threads): pass
+// --threads 2 to match it.
 //   ninja -C build bench_update && ./build/bench_update [--pairs 5] [--preset tiny|qwen2.5-1.5b]
 //       [--groups 2] [--group-size 8] [--prompt 570] [--turn2 4] [--extra 500] [--completion 220]
 //       [--mini-batch 8] [--device cpu|cuda] [--dtype fp32|bf16] [--checkpointing 0|1] [--threads 0]
-//       [--store results/leap.db [--run ID] [--tokenizer models/tiny] [--step N]]
+//       [--store results/leap.db [--run ID] [--tokenizer models/tiny] [--step N] [--model DIR]
+//        [--verbose 1] [--profile trace.json]]
 #include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
@@ -118,7 +123,7 @@ int main(int argc, char** argv) {
                                           {"--extra", "500"},    {"--completion", "220"},  {"--mini-batch", "8"},
                                           {"--device", "cpu"},   {"--dtype", "fp32"},      {"--checkpointing", "0"},
                                           {"--threads", "0"},    {"--store", ""},          {"--run", ""},
-                                          {"--tokenizer", "models/tiny"}, {"--step", "0"}, {"--model", ""}, {"--ftz", "0"}};
+                                          {"--tokenizer", "models/tiny"}, {"--step", "0"}, {"--model", ""}, {"--verbose", "0"}, {"--profile", ""}};
   for (int i = 1; i < argc; i += 2) {
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::cout << "usage: bench_update [--option value]...; options and defaults:\n";
@@ -147,7 +152,6 @@ int main(int argc, char** argv) {
     if (I("--threads") > 0) at::set_num_threads(static_cast<int>(I("--threads")));
     const torch::Device dev = a["--device"] == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     const bool bf16 = a["--dtype"] == "bf16";
-    if (I("--ftz") != 0) at::globalContext().setFlushDenormal(true);
     model::Transformer policy = a["--model"].empty()
                                     ? model::Transformer(model::parse_model_config(preset_config(a["--preset"]), a["--preset"]))
                                     : model::load_transformer(a["--model"], torch::kFloat32, dev);
@@ -232,12 +236,13 @@ int main(int argc, char** argv) {
         auto data = st.samples;
         const double t0 = bench::now_s();
         std::unique_ptr<torch::autograd::profiler::RecordProfile> prof;
-        if (std::getenv("BENCH_PROFILE") && share) prof = std::make_unique<torch::autograd::profiler::RecordProfile>(std::getenv("BENCH_PROFILE"));
+        if (!a["--profile"].empty() && share)  // a trace of each shared step (the last one written stays)
+          prof = std::make_unique<torch::autograd::profiler::RecordProfile>(a["--profile"]);
         rl::compute_old_logprobs(policy, nullptr, data, o);
         rl::set_step_segment_weights(data, nullptr);
         const auto us = rl::ppo_update(policy, opt, params, data, o);
         total += bench::now_s() - t0;
-        if (std::getenv("BENCH_VERBOSE"))
+        if (I("--verbose") != 0)
           std::printf("  step %lld %s: %zu samples, %lld token columns run, %lld in other rows, %lld not run\n",
                       static_cast<long long>(st.step), share ? "shared" : "unshared", data.size(),
                       static_cast<long long>(us.tokens_run), static_cast<long long>(us.samples_in_other_rows),
