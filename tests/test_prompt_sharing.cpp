@@ -113,6 +113,25 @@ void check_same_update(const UpdateRun& a, const UpdateRun& b, uint64_t model_se
   CHECK(a.stats.kl == doctest::Approx(b.stats.kl).epsilon(1e-3));
 }
 
+/// Largest |old log-prob - the log-prob of the sample's own row run alone| over the samples of a
+/// run_update (small_model(model_seed) at temperature 0.9): independent of the batching (padding,
+/// parts, row order, shared prefixes).
+double max_diff_to_own_rows(const UpdateRun& run, uint64_t model_seed, int64_t max_positions = 512) {
+  auto model = small_model(model_seed, false, max_positions);
+  torch::NoGradGuard ng;
+  double diff = 0;
+  for (const auto& s : run.data) {
+    auto row = s.prompt_ids;
+    row.insert(row.end(), s.completion_ids.begin(), s.completion_ids.end());
+    auto t = torch::tensor(row, torch::kInt64).unsqueeze(0);
+    const int64_t C = static_cast<int64_t>(s.completion_ids.size());
+    auto lp = completion_logprobs(model, t, {}, C, 0.9).logprobs[0];
+    for (int64_t j = 0; j < C; ++j)
+      diff = std::max(diff, std::abs(lp[j].item<double>() - static_cast<double>(s.old_logp[static_cast<size_t>(j)])));
+  }
+  return diff;
+}
+
 }  // namespace
 
 TEST_CASE("prompt sharing: planner units, prefix lengths and the token fraction") {
@@ -269,28 +288,13 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
   const auto r0 = run_update(samples, 3, o);
   o.share_prompts = true;
   const auto r1 = run_update(samples, 3, o);
-  const auto& d1 = r1.data;
   const auto& s0 = r0.stats;
   const auto& s1 = r1.stats;
   CHECK(s0.samples_in_other_rows == 0);
   CHECK(s1.samples_in_other_rows >= 2);  // some turn-1 samples were scored inside turn-2 rows
   check_same_update(r0, r1, 3);
   // Independently of the batching (padding, parts, row order): each sample alone.
-  {
-    auto model = small_model(3);
-    torch::NoGradGuard ng;
-    double alone = 0;
-    for (size_t i = 0; i < samples.size(); ++i) {
-      auto row = samples[i].prompt_ids;
-      row.insert(row.end(), samples[i].completion_ids.begin(), samples[i].completion_ids.end());
-      auto t = torch::tensor(row, torch::kInt64).unsqueeze(0);
-      const int64_t C = static_cast<int64_t>(samples[i].completion_ids.size());
-      auto lp = completion_logprobs(model, t, {}, C, 0.9).logprobs[0];
-      for (int64_t j = 0; j < C; ++j)
-        alone = std::max(alone, std::abs(lp[j].item<double>() - static_cast<double>(d1[i].old_logp[static_cast<size_t>(j)])));
-    }
-    CHECK(alone < 2e-5);
-  }
+  CHECK(max_diff_to_own_rows(r1, 3) < 2e-5);
   CHECK(s0.entropy == doctest::Approx(s1.entropy).epsilon(1e-4));
 }
 
@@ -334,19 +338,7 @@ TEST_CASE("prompt sharing: units of very different prefix lengths run apart, a u
   CHECK(r0.stats.tokens_run == 4 * 400 + 3 * 1300);
   CHECK(r1.stats.tokens_run == 2 * 1000 + 3 * 300 + 3 * 300 + 150);
   check_same_update(r0, r1, 5, 2048);
-  auto model = small_model(5, false, 2048);
-  torch::NoGradGuard ng;
-  double alone = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    auto row = samples[i].prompt_ids;
-    row.insert(row.end(), samples[i].completion_ids.begin(), samples[i].completion_ids.end());
-    auto t = torch::tensor(row, torch::kInt64).unsqueeze(0);
-    const int64_t C = static_cast<int64_t>(samples[i].completion_ids.size());
-    auto lp = completion_logprobs(model, t, {}, C, 0.9).logprobs[0];
-    for (int64_t j = 0; j < C; ++j)
-      alone = std::max(alone, std::abs(lp[j].item<double>() - static_cast<double>(r1.data[i].old_logp[static_cast<size_t>(j)])));
-  }
-  CHECK(alone < 2e-5);
+  CHECK(max_diff_to_own_rows(r1, 5, 2048) < 2e-5);
 }
 
 TEST_CASE("prompt sharing: prefilling each distinct prompt once leaves generation unchanged") {

@@ -305,42 +305,33 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   auto cmask = torch::zeros({B, b.completion_len}, torch::kFloat32);
   for (int64_t r = 0; r < B; ++r) cmask[r].narrow(0, 0, static_cast<int64_t>(at(static_cast<size_t>(r)).completion_ids.size())).fill_(1.0f);
   b.completion_mask = cmask.to(device);
-  if (plan.empty()) {
+  // Rows (indices into idx) run whole, without a shared prefix, in parts cut by split_rows.
+  auto add_whole_rows = [&](const std::vector<int64_t>& whole) {
     std::vector<int64_t> plen, clen;
-    for (int64_t h : hosts) {
-      plen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).prompt_ids.size()));
-      clen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).completion_ids.size()));
-    }
-    for (auto& hrows : split_rows(plen, clen)) {
-      std::vector<int64_t> rows;
-      for (int64_t k : hrows) rows.push_back(hosts[static_cast<size_t>(k)]);
-      b.parts.push_back(make_part(samples, idx, rows, carried, pad_id, device));
-    }
-    return b;
-  }
-  // Shared: the prefixes [U, Lp] (left padded) of the units of two or more rows, then the rows'
-  // tails against them. A unit of one runs its row whole, without a prefix: as a prefix of all
-  // its tokens but one it would pad every other unit's prefix to its length.
-  std::vector<ShareUnit> solo;
-  std::erase_if(plan, [&](const ShareUnit& u) {
-    if (u.members.size() > 1) return false;
-    solo.push_back(u);
-    return true;
-  });
-  if (!solo.empty()) {
-    std::vector<int64_t> plen, clen, rows_solo;
-    for (const auto& u : solo) {
-      const int64_t h = hosts[u.members.front()];
-      rows_solo.push_back(h);
+    for (int64_t h : whole) {
       plen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).prompt_ids.size()));
       clen.push_back(static_cast<int64_t>(at(static_cast<size_t>(h)).completion_ids.size()));
     }
     for (auto& k : split_rows(plen, clen)) {
       std::vector<int64_t> rows;
-      for (int64_t i : k) rows.push_back(rows_solo[static_cast<size_t>(i)]);
+      for (int64_t i : k) rows.push_back(whole[static_cast<size_t>(i)]);
       b.parts.push_back(make_part(samples, idx, rows, carried, pad_id, device));
     }
+  };
+  if (plan.empty()) {
+    add_whole_rows(hosts);
+    return b;
   }
+  // Shared: the prefixes [U, Lp] (left padded) of the units of two or more rows, then the rows'
+  // tails against them. A unit of one runs its row whole, without a prefix: as a prefix of all
+  // its tokens but one it would pad every other unit's prefix to its length.
+  std::vector<int64_t> solo;  // the hosts of units of one
+  std::erase_if(plan, [&](const ShareUnit& u) {
+    if (u.members.size() > 1) return false;
+    solo.push_back(hosts[u.members.front()]);
+    return true;
+  });
+  if (!solo.empty()) add_whole_rows(solo);
   std::vector<size_t> skip(idx.size(), 0);
   std::vector<int64_t> row_unit(idx.size(), 0), shared_rows;
   int64_t Lp = 0;
