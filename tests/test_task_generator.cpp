@@ -145,11 +145,14 @@ TEST_CASE("generator: a seed gives byte-identical folders; the split shares no p
 }
 
 TEST_CASE("generator: every generated solution is correct in the cpu environment; prompts equal references") {
+  for (const Naming naming : {Naming::reuse, Naming::numbered}) {
+  CAPTURE(static_cast<int>(naming));
   leap::test::TempDir tmp;
   const fs::path out = tmp.path / "set";
   GeneratorOptions o;
   o.count = 24;
   o.seed = 3;
+  o.naming = naming;
   GeneratedSet gs = generate_tasks(o);
   // The sample covers every operator and every reduction of the grammar.
   std::set<OpKind> ops;
@@ -175,6 +178,7 @@ TEST_CASE("generator: every generated solution is correct in the cpu environment
   CAPTURE(py);
   CHECK(rc == 0);
   CHECK(contains(py, "24 tasks, 0 disagree"));
+  }
 }
 
 TEST_CASE("generator: bad arguments are usage errors that write nothing") {
@@ -252,6 +256,95 @@ TEST_CASE("generator: each C++ line of a solution follows a comment holding the 
       CHECK(contains(after.back(), reduce ? "acc" : "y[r * cols + c] = v;"));
     }
   }
+}
+
+TEST_CASE("generator: numbered names: line i of the prompt assigns x<i>, the answer writes the return comment first") {
+  for (const Spelling sp : {Spelling::varied, Spelling::canonical}) {
+    GeneratorOptions o;
+    o.count = 40;
+    o.seed = 11;
+    o.spelling = sp;
+    GeneratorOptions r = o;
+    o.naming = Naming::numbered;
+    const auto numbered = generate_tasks(o).tasks, reused = generate_tasks(r).tasks;
+    REQUIRE(numbered.size() == reused.size());
+    for (size_t n = 0; n < numbered.size(); ++n) {
+      const auto& t = numbered[n];
+      CHECK(t.key == reused[n].key);  // the naming changes texts, not the draw
+      std::string yaml, sol;
+      for (const auto& [path, text] : t.files) (path == "task.yaml" ? yaml : sol) = text;
+      // The forward body, and the same body written with x reused: equal once x<i> reads x.
+      auto body = [](const std::string& task_yaml) {
+        std::vector<std::string> lines;
+        std::istringstream py(task_yaml.substr(task_yaml.find("def forward")));
+        std::string line;
+        std::getline(py, line);
+        while (std::getline(py, line)) {
+          const size_t k = line.find_first_not_of(' ');
+          if (k == std::string::npos) continue;
+          lines.push_back(line.substr(k));
+          if (line.compare(k, 7, "return ") == 0) break;
+        }
+        return lines;
+      };
+      std::string ryaml;
+      for (const auto& [path, text] : reused[n].files)
+        if (path == "task.yaml") ryaml = text;
+      const auto got = body(yaml), want = body(ryaml);
+      CAPTURE(yaml);
+      REQUIRE(got.size() == t.program.ops.size() + 1);
+      REQUIRE(want.size() == got.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        std::string g = got[i];
+        // x<k> -> x for k = 1..3 (the names x1, x2, x3 appear nowhere else in a line).
+        for (const char* name : {"x1", "x2", "x3"})
+          for (size_t at; (at = g.find(name)) != std::string::npos;) g.replace(at, 2, "x");
+        CHECK(g == want[i]);
+        if (i + 1 < got.size()) {
+          CHECK(got[i].rfind("x" + std::to_string(i + 1) + " = ", 0) == 0);  // line i assigns x<i+1>
+          if (i > 0) CHECK(contains(got[i], "x" + std::to_string(i)));      // and reads x<i>
+        } else if (i > 0) {
+          CHECK(contains(got[i], "x" + std::to_string(i)));  // the return reads the last name
+        }
+      }
+      // The answer's comments: the return line first, then each operator line in order; the
+      // first is followed by the accumulator (or, without a reduction, the column loop), each
+      // other by its operator's C++ line.
+      std::vector<std::string> comments, after;
+      std::istringstream cpp(sol);
+      std::vector<std::string> lines;
+      for (std::string line; std::getline(cpp, line);) lines.push_back(line);
+      for (size_t i = 0; i + 1 < lines.size(); ++i) {
+        const size_t k = lines[i].find_first_not_of(' ');
+        if (k != std::string::npos && lines[i].compare(k, 3, "// ") == 0) {
+          comments.push_back(lines[i].substr(k + 3));
+          after.push_back(lines[i + 1]);
+        }
+      }
+      CAPTURE(sol);
+      REQUIRE(comments.size() == got.size());
+      CHECK(comments.front() == got.back());
+      for (size_t i = 1; i < comments.size(); ++i) {
+        CHECK(comments[i] == got[i - 1]);
+        CHECK(contains(after[i], "v = "));
+      }
+      const Reduction red = t.program.reduce;
+      CHECK(contains(after.front(), red == Reduction::max  ? "float acc = -INFINITY;"
+                                    : red == Reduction::none ? "for (int64_t c = 0;"
+                                                             : "double acc = 0.0;"));
+    }
+  }
+  // The command line: --names numbered is written into set.yaml's description; other values are
+  // usage errors that write nothing.
+  leap::test::TempDir tmp;
+  auto ok = run_leap("tasks generate ewred --count 5 --names numbered --out " + (tmp.path / "n").string());
+  REQUIRE(ok.rc == 0);
+  CHECK(contains(leap::test::read_file((tmp.path / "n" / "set.yaml").string()), "--names numbered"));
+  CHECK(contains(leap::test::read_file((tmp.path / "n" / "ewred_0000" / "task.yaml").string()), "x1 = "));
+  auto bad = run_leap("tasks generate ewred --count 5 --names letters --out " + (tmp.path / "b").string());
+  CHECK(bad.rc != 0);
+  CHECK(contains(bad.err, "--names"));
+  CHECK(!fs::exists(tmp.path / "b"));
 }
 
 TEST_SUITE_END();

@@ -311,7 +311,7 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
     bool force = false;
     std::vector<std::string> sets;
     bool time = false;
-    std::string family, gen_out, spellings = "varied";
+    std::string family, gen_out, spellings = "varied", names = "reuse";
     int64_t count = 0;
     uint64_t seed = 0;
     double eval_fraction = 0.2;
@@ -359,6 +359,11 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
                   "varied: each prompt line in one of 2-3 equivalent PyTorch spellings; canonical: always the first")
       ->check(CLI::IsMember({"varied", "canonical"}))
       ->capture_default_str();
+  gen->add_option("--names", o->names,
+                  "reuse: every forward line assigns x; numbered: line i assigns x<i> (x1 = torch.tanh(x)), and "
+                  "the answer's return comment comes first")
+      ->check(CLI::IsMember({"reuse", "numbered"}))
+      ->capture_default_str();
   return [o, list, show, validate, gen, &g]() -> int {
     if (gen->parsed()) {
       tasks::GeneratorOptions go;
@@ -367,6 +372,7 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
       go.seed = o->seed;
       go.eval_fraction = o->eval_fraction;
       go.spelling = o->spellings == "canonical" ? tasks::Spelling::canonical : tasks::Spelling::varied;
+      go.naming = o->names == "numbered" ? tasks::Naming::numbered : tasks::Naming::reuse;
       return tasks_generate(go, o->gen_out);
     }
     if (list->parsed()) return tasks_list(o->dir);

@@ -25,6 +25,7 @@ struct GeneratorOptions {
   uint64_t seed = 0;           ///< the draw; equal options give byte-identical folders
   double eval_fraction = 0.2;  ///< share of `count` in the eval split, in [0, 1)
   Spelling spelling = Spelling::varied;
+  Naming naming = Naming::reuse;  ///< how the prompt names its values (program_render.hpp)
 };
 
 /// One generated task: its folder's files (relative path -> content).
