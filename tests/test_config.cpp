@@ -67,7 +67,7 @@ eval: {fast_p: [1, 1.5]}
 env:
   cpu: {threads: 2}
 train:
-  sft: {enabled: true, steps: 7, second_turn: 2, twin_solutions: 40}
+  sft: {enabled: true, steps: 7, second_turn: 2, twin_solutions: 40, copy_steps: 300}
 )",
                                   "exp.yaml");
   CHECK(e.name == "my-run");
@@ -86,6 +86,8 @@ train:
   CHECK(e.train.sft.second_turn == 2);
   CHECK(e.train.sft.twin_solutions == 40);
   CHECK(e.train.sft.mutants == 0);  // untouched default
+  CHECK(e.train.sft.copy_steps == 300);
+  CHECK(e.train.sft.copy_tokens == 64);  // untouched default
 }
 
 TEST_CASE("config: an unknown key names file, key path, line:column and the likely key") {
@@ -120,6 +122,8 @@ TEST_CASE("config: an out-of-range value is refused with the allowed range") {
   CHECK(contains(error_of("train: {sft: {second_turn: 17}}"), "out of range"));
   CHECK(contains(error_of("train: {sft: {second_turn: -1}}"), "out of range"));
   CHECK(contains(error_of("train: {sft: {twin_solutions: -1}}"), "out of range"));
+  CHECK(contains(error_of("train: {sft: {copy_tokens: 0}}"), "out of range"));
+  CHECK(contains(error_of("train: {sft: {copy_steps: -1}}"), "out of range"));
   CHECK(contains(error_of("rollout: {top_p: 0}"), "in (0, 1]"));
   CHECK(contains(error_of("reward: {kind: rnak}"), "'rnak' is not allowed: expected one of rank, binary, speedup, kernelgym"));
   std::string item = error_of("tasks:\n  levels: [1, 9]\n");

@@ -241,6 +241,12 @@ std::vector<Field> build() {
   s.push_back(E("train.sft.schedule", {"constant", "cosine"},
                 member(&E_::train, &TrainConfig::sft, &SftConfig::schedule),
                 "supervised learning rate over the steps: constant, or cosine from lr to 0 at the last step"));
+  s.push_back(F("train.sft.copy_steps", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::copy_steps),
+                "induction warm-up: before the supervised steps, N steps on copy examples (a window of a train prompt "
+                "repeated as the target) at constant lr (0 = off)",
+                0, kInf));
+  s.push_back(F("train.sft.copy_tokens", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::copy_tokens),
+                "tokens per copy example's window", 1, 4096));
   // eval
   s.push_back(F("eval.turns", FT::Int, member(&E_::eval, &EvalConfig::turns), "turns per evaluation rollout", 1, 64));
   s.push_back(F("eval.samples", FT::Int, member(&E_::eval, &EvalConfig::samples), "samples per task (k of pass@k)", 1, 1024));

@@ -19,6 +19,7 @@
 #include "rl/prompts.hpp"
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
+#include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/log.hpp"
 
@@ -181,6 +182,27 @@ double sft_lr(const config::SftConfig& sft, int64_t step) {
   return sft.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
+std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int64_t count, int64_t tokens,
+                                       std::mt19937_64& rng) {
+  if (tokens < 1) throw Error("train.sft.copy_tokens must be >= 1");
+  std::vector<size_t> with_prompt;
+  for (size_t i = 0; i < pool.size(); ++i)
+    if (!pool[i].prompt_ids.empty()) with_prompt.push_back(i);
+  if (with_prompt.empty()) throw Error("train.sft.copy_steps: no SFT example has a prompt to copy from");
+  std::vector<TrainSample> out;
+  for (int64_t k = 0; k < count; ++k) {
+    const auto& ids = pool[with_prompt[std::uniform_int_distribution<size_t>(0, with_prompt.size() - 1)(rng)]].prompt_ids;
+    const size_t len = std::min(ids.size(), static_cast<size_t>(tokens));
+    const size_t start = std::uniform_int_distribution<size_t>(0, ids.size() - len)(rng);
+    TrainSample s;
+    s.prompt_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                        ids.begin() + static_cast<std::ptrdiff_t>(start + len));
+    s.completion_ids = s.prompt_ids;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 /// Supervised warm start on the train split's shipped solutions (train.sft).
 void run_sft(SftContext& c) {
   const auto& sft = c.exp.train.sft;
@@ -197,6 +219,33 @@ void run_sft(SftContext& c) {
                                         .weight_decay(c.exp.optim.weight_decay));
   UpdateOptions o = c.update;
   o.temperature = 1.0;
+  if (sft.copy_steps > 0) {  // induction warm-up on the set's own tokens (copy_examples)
+    std::mt19937_64 copy_rng(util::mix_seed(c.exp.train.seed, 0xC0B7));
+    util::Progress copy_progress("sft copy", sft.copy_steps, c.progress);
+    const auto tc = Clock::now();
+    double first = std::nan(""), last = std::nan("");
+    int64_t run = 0;
+    for (int64_t step = 1; step <= sft.copy_steps && !(c.interrupted && *c.interrupted); ++step, ++run) {
+      // Every rank draws the whole batch (same seed) and keeps its share, as below.
+      const std::vector<TrainSample> all = copy_examples(pool, sft.batch_size, sft.copy_tokens, copy_rng);
+      std::vector<TrainSample> batch;
+      for (int64_t b = 0; b < sft.batch_size; ++b)
+        if (b % c.world == c.rank) batch.push_back(all[static_cast<size_t>(b)]);
+      const double loss = sft_step(c.model, opt, c.params, batch, o);
+      if (std::isnan(first)) first = loss;
+      last = loss;
+      if (c.db) c.db->add_metric(c.run_id, step - sft.copy_steps - sft.steps, "sft/copy_loss", loss);
+      copy_progress.tick();
+    }
+    copy_progress.finish();
+    const double secs = std::chrono::duration<double>(Clock::now() - tc).count();
+    spdlog::info("sft: {} copy steps of {} tokens, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", run, sft.copy_tokens,
+                 first, last, secs);
+    if (c.db)
+      c.db->add_event(c.run_id, 0, "sft_copy",
+                      fmt::format("{} of {} copy steps of {} tokens, loss {:.4f} -> {:.4f}, {:.1f} s", run,
+                                  sft.copy_steps, sft.copy_tokens, first, last, secs));
+  }
   std::mt19937_64 rng(util::mix_seed(c.exp.train.seed, 0x5F7));
   std::vector<size_t> order(pool.size());
   std::iota(order.begin(), order.end(), 0);

@@ -3,6 +3,7 @@
 // log-likelihood on the train split's shipped solutions, optionally with environment-checked
 // wrong twins (rl/mutants.hpp), before the first RL step.
 #include <atomic>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -76,7 +77,19 @@ SftPool build_sft_pool(SftContext& ctx);
 /// at the last step.
 double sft_lr(const config::SftConfig& sft, int64_t step);
 
-/// Runs exp.train.sft.steps supervised steps (own AdamW at sft_lr(train.sft, step), batches of
+/// Copy examples of the induction warm-up (train.sft.copy_steps): `count` samples, each a window
+/// of min(tokens, prompt length) consecutive token ids of a prompt of `pool` (the sample and the
+/// window's start drawn uniformly from `rng`) that is both the prompt and the target. A model
+/// trained from scratch has no induction heads (Olsson et al. 2022, "In-context learning and
+/// induction heads", section 3), the circuit that copies a span it has seen before, which a
+/// pretrained LLM brings and the generated family's answers need (docs/results.md); this task
+/// trains exactly that circuit on the set's own tokens. Throws leap::Error when no sample of
+/// `pool` has a prompt token or tokens < 1.
+std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int64_t count, int64_t tokens,
+                                       std::mt19937_64& rng);
+
+/// Runs exp.train.sft.copy_steps copy steps (copy_examples, train.sft.batch_size per step, at
+/// train.sft.lr; `sft/copy_loss` at steps <= -steps), then exp.train.sft.steps supervised steps (own AdamW at sft_lr(train.sft, step), batches of
 /// train.sft.batch_size drawn from a seeded shuffle of build_sft_pool's samples; token-mean
 /// NLL of the targets). Stores `sft/loss` at steps <= 0 and one `sft` event. Warns and returns
 /// when the split has no shipped solution. Throws what the model, the grader and the store throw.
