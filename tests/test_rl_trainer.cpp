@@ -447,6 +447,57 @@ TEST_CASE("rl eval: leap eval --bench --model rolls out with the engine, stores 
   CHECK(none.err.find("--split") != std::string::npos);
 }
 
+TEST_CASE("rl eval: --save-answers keeps each answer as <task>/s<sample>_t<turn>.md with its path in eval_results.file") {
+  const fs::path& root = tiny_model();
+  test::TempDir out;
+  const std::string db = (out.path / "leap.db").string();
+  const fs::path answers = out.path / "answers";
+  const std::string base = "eval --bench starter --model " + (root / "tiny").string() +
+                           " --limit 2 --turns 2 --samples 2 --set rollout.max_new_tokens=24 --set eval.temperature=1.0";
+  auto r = test::run_leap(base + " --save-answers " + answers.string() + " --db " + db);
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  store::Store s(db);
+  std::map<std::string, std::string> verdict_of;  // "<task>/<file name>" -> verdict
+  auto q = s.db().prepare(
+      "SELECT t.name, r.sample, r.turn, r.verdict, r.file FROM eval_results r JOIN tasks t ON t.id = r.task_id");
+  while (q.step()) {
+    const std::string rel = q.column_text(0) + "/s" + std::to_string(q.column_int64(1)) + "_t" +
+                            std::to_string(q.column_int64(2)) + ".md";
+    CHECK(q.column_text(4) == (answers / rel).string());
+    CHECK(fs::is_regular_file(answers / rel));
+    verdict_of[rel] = q.column_text(3);
+  }
+  CHECK(verdict_of.size() == 2 * 2 * 2);
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(answers)) files += e.is_regular_file();
+  CHECK(files == verdict_of.size());
+  // The saved files are the answers that were graded: `--solutions` grades them to the same verdicts.
+  auto again = test::run_leap("eval --tasks " + std::string(LEAP_SOURCE_DIR) + "/tasks/starter --solutions " +
+                              answers.string() + " --format json --db " + (out.path / "regrade.db").string());
+  REQUIRE_MESSAGE(again.rc == 0, again.err);
+  const auto js = nlohmann::json::parse(again.out);
+  size_t compared = 0;
+  for (const auto& row : js.at("results")) {
+    const std::string rel = row.at("task").get<std::string>() + "/" +
+                            fs::path(row.at("file").get<std::string>()).filename().string();
+    CAPTURE(rel);
+    REQUIRE(verdict_of.count(rel) == 1);
+    CHECK(row.at("verdict").get<std::string>() == verdict_of[rel]);
+    ++compared;
+  }
+  CHECK(compared == verdict_of.size());
+  // A folder that is not new: refused before evaluating, nothing written or stored.
+  auto busy = test::run_leap(base + " --save-answers " + answers.string() + " --db " + db);
+  CHECK(busy.rc == 2);
+  CHECK(busy.err.find("exists and is not empty") != std::string::npos);
+  CHECK(s.count_rows("evaluations") == 1);
+  auto sol = test::run_leap("eval --tasks tasks/starter --solutions " + answers.string() + " --save-answers " +
+                            (out.path / "x").string() + " --db " + db);
+  CHECK(sol.rc == 2);
+  CHECK(sol.err.find("--save-answers goes with --model or --run") != std::string::npos);
+  CHECK_FALSE(fs::exists(out.path / "x"));
+}
+
 TEST_CASE("rl report: leap report over two short real runs (DCP on and off) shows both and the switch") {
   const fs::path& root = tiny_model();
   test::TempDir out;

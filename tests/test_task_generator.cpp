@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -34,6 +35,37 @@ std::map<std::string, std::string> tree(const fs::path& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) m[fs::relative(e.path(), dir).string()] = leap::test::read_file(e.path().string());
   return m;
+}
+
+/// The forward body of a task.yaml's prompt: the lines after `def forward`, indent stripped,
+/// blank lines skipped, through the return line.
+std::vector<std::string> forward_body(const std::string& task_yaml) {
+  std::vector<std::string> lines;
+  std::istringstream py(task_yaml.substr(task_yaml.find("def forward")));
+  std::string line;
+  std::getline(py, line);
+  while (std::getline(py, line)) {
+    const size_t k = line.find_first_not_of(' ');
+    if (k == std::string::npos) continue;
+    lines.push_back(line.substr(k));
+    if (line.compare(k, 7, "return ") == 0) break;
+  }
+  return lines;
+}
+
+/// The comments of a solution (its "// " lines, indent and "// " stripped) and the line after each.
+std::pair<std::vector<std::string>, std::vector<std::string>> comments_and_next(const std::string& sol) {
+  std::vector<std::string> comments, after, lines;
+  std::istringstream cpp(sol);
+  for (std::string line; std::getline(cpp, line);) lines.push_back(line);
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    const size_t k = lines[i].find_first_not_of(' ');
+    if (k != std::string::npos && lines[i].compare(k, 3, "// ") == 0) {
+      comments.push_back(lines[i].substr(k + 3));
+      after.push_back(lines[i + 1]);
+    }
+  }
+  return {comments, after};
 }
 
 std::string venv_python() {
@@ -224,29 +256,11 @@ TEST_CASE("generator: each C++ line of a solution follows a comment holding the 
       std::string yaml, sol;
       for (const auto& [path, text] : t.files) (path == "task.yaml" ? yaml : sol) = text;
       // The prompt's forward body: its "x = ..." lines and the return line, in order.
-      std::vector<std::string> want;
-      std::istringstream py(yaml.substr(yaml.find("def forward")));
-      for (std::string line; std::getline(py, line);) {
-        const size_t k = line.find_first_not_of(' ');
-        if (k == std::string::npos) continue;
-        if (line.compare(k, 4, "x = ") == 0) want.push_back("// " + line.substr(k));
-        if (line.compare(k, 7, "return ") == 0) {
-          want.push_back("// " + line.substr(k));
-          break;
-        }
-      }
+      const std::vector<std::string> want = forward_body(yaml);
       REQUIRE(want.size() == t.program.ops.size() + 1);
-      std::vector<std::string> got, after;  // the comments and the line after each
-      std::istringstream cpp(sol);
-      std::vector<std::string> lines;
-      for (std::string line; std::getline(cpp, line);) lines.push_back(line);
-      for (size_t i = 0; i + 1 < lines.size(); ++i) {
-        const size_t k = lines[i].find_first_not_of(' ');
-        if (k != std::string::npos && lines[i].compare(k, 3, "// ") == 0) {
-          got.push_back(lines[i].substr(k));
-          after.push_back(lines[i + 1]);
-        }
-      }
+      for (size_t i = 0; i + 1 < want.size(); ++i) CHECK(want[i].rfind("x = ", 0) == 0);
+      CHECK(want.back().rfind("return ", 0) == 0);
+      const auto [got, after] = comments_and_next(sol);
       CAPTURE(sol);
       CHECK(got == want);
       REQUIRE(after.size() == want.size());
@@ -274,23 +288,10 @@ TEST_CASE("generator: numbered names: line i of the prompt assigns x<i>, the ans
       std::string yaml, sol;
       for (const auto& [path, text] : t.files) (path == "task.yaml" ? yaml : sol) = text;
       // The forward body, and the same body written with x reused: equal once x<i> reads x.
-      auto body = [](const std::string& task_yaml) {
-        std::vector<std::string> lines;
-        std::istringstream py(task_yaml.substr(task_yaml.find("def forward")));
-        std::string line;
-        std::getline(py, line);
-        while (std::getline(py, line)) {
-          const size_t k = line.find_first_not_of(' ');
-          if (k == std::string::npos) continue;
-          lines.push_back(line.substr(k));
-          if (line.compare(k, 7, "return ") == 0) break;
-        }
-        return lines;
-      };
       std::string ryaml;
       for (const auto& [path, text] : reused[n].files)
         if (path == "task.yaml") ryaml = text;
-      const auto got = body(yaml), want = body(ryaml);
+      const auto got = forward_body(yaml), want = forward_body(ryaml);
       CAPTURE(yaml);
       REQUIRE(got.size() == t.program.ops.size() + 1);
       REQUIRE(want.size() == got.size());
@@ -310,17 +311,7 @@ TEST_CASE("generator: numbered names: line i of the prompt assigns x<i>, the ans
       // The answer's comments: the return line first, then each operator line in order; the
       // first is followed by the accumulator (or, without a reduction, the column loop), each
       // other by its operator's C++ line.
-      std::vector<std::string> comments, after;
-      std::istringstream cpp(sol);
-      std::vector<std::string> lines;
-      for (std::string line; std::getline(cpp, line);) lines.push_back(line);
-      for (size_t i = 0; i + 1 < lines.size(); ++i) {
-        const size_t k = lines[i].find_first_not_of(' ');
-        if (k != std::string::npos && lines[i].compare(k, 3, "// ") == 0) {
-          comments.push_back(lines[i].substr(k + 3));
-          after.push_back(lines[i + 1]);
-        }
-      }
+      const auto [comments, after] = comments_and_next(sol);
       CAPTURE(sol);
       REQUIRE(comments.size() == got.size());
       CHECK(comments.front() == got.back());

@@ -1,24 +1,22 @@
 #!/usr/bin/env python3
-"""Greedy turn-1 answers of a checkpoint on a split of a generated task set, compared line by line
-with each task's shipped solution (docs/results.md, 2026-12-03: what the warm start gets wrong).
+"""Saved answers of a model on a generated task set, compared line by line with each task's shipped
+solution (docs/results.md, 2026-12-03: what the warm start gets wrong).
 
-Usage: python tools/heldout_answers.py CKPT TASK_SET STORE [--split eval] [--limit 60] [--json OUT]
+Usage:
+  leap eval --bench TASK_SET --split eval --model CKPT --samples 1 --turns 1 \\
+      --config configs/generated/st_grpo.yaml --save-answers ANSWERS
+  python tools/heldout_answers.py ANSWERS TASK_SET [--turn 1] [--json OUT]
 
-CKPT is a Hugging Face checkpoint folder (a run's checkpoints/step-N), TASK_SET a generated set
-(`leap tasks generate`), STORE a leap SQLite store holding at least one turn-1 rollout on the same
-backend: the prompt layout (system prompt, chat markers, the example answer) is taken from that
-stored prompt, with its task message replaced by each task's, so no prompt text is written here.
-Decoding is greedy (Hugging Face transformers), at most 320 new tokens, as the shipped eval.
+ANSWERS is the folder `leap eval --save-answers` wrote (<task>/s<sample>_t<turn>.md), so the answers
+are exactly the ones leap sampled and graded (with eval.temperature 0 they are the greedy ones).
 
-Prints one line per task whose answer is not the solution: 'C' if a comment line differs (the
-prompt was not copied), 'L' if only code lines differ; then the counts.
+Prints one line per answer that is not the solution: 'C' if a comment line differs (the prompt's
+PyTorch line was not copied), 'L' if only code lines differ; then the counts, and how many of the
+operator comments and of the return comments equal the solution's at the same place.
 """
-import argparse, collections, json, re, sqlite3, sys
+import argparse, collections, json, os, re, sys
 
-import torch
 import yaml
-from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM
 
 
 def code_lines(text):
@@ -26,48 +24,47 @@ def code_lines(text):
     return m.group(1).splitlines() if m else []
 
 
+def comments(lines):
+    return [l.strip() for l in lines if l.strip().startswith("//")]
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("ckpt"), ap.add_argument("task_set"), ap.add_argument("store")
-    ap.add_argument("--split", default="eval"), ap.add_argument("--limit", type=int, default=60)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("answers"), ap.add_argument("task_set")
+    ap.add_argument("--turn", type=int, default=1), ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    row = sqlite3.connect(a.store).execute("SELECT prompt FROM turns WHERE turn_index = 1 LIMIT 1").fetchone()
-    if row is None:
-        sys.exit(f"{a.store}: no turn-1 prompt stored")
-    tmpl = row[0]
-    start, end = tmpl.find("Task "), tmpl.find("Example task:")
-    if start < 0 or end < 0:
-        sys.exit(f"{a.store}: the stored prompt has no 'Task ' ... 'Example task:' message")
-    names = yaml.safe_load(open(f"{a.task_set}/set.yaml"))[a.split][: a.limit]
-    tok = Tokenizer.from_file(f"{a.ckpt}/tokenizer.json")
-    model = AutoModelForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32).eval()
-    stop = tok.token_to_id("<|im_end|>")
-    out, counts = [], collections.Counter()
-    for name in names:
-        t = yaml.safe_load(open(f"{a.task_set}/{name}/task.yaml"))
-        shape = lambda v: "[" + ", ".join(map(str, v["shape"])) + "]"
-        io = "".join(f"input {k}: {v['dtype']} {shape(v)}\n" for k, v in t["inputs"].items())
-        io += "".join(f"output {k}: {v['dtype']} {shape(v)}\n" for k, v in t["outputs"].items())
-        sizes = ", ".join(f"{k} = {v}" for k, v in t["sizes"].items())
-        msg = (f"Task {name}: write a CPU kernel that computes the same outputs as this PyTorch module.\n\n"
-               f"{t['prompt']}\nsizes: {sizes}\n{io}\n")
-        ids = tok.encode(tmpl[:start] + msg + tmpl[end:]).ids
-        with torch.no_grad():
-            gen = model.generate(torch.tensor([ids]), max_new_tokens=320, do_sample=False, eos_token_id=stop)
-        answer = tok.decode(gen[0, len(ids):].tolist(), skip_special_tokens=True)
-        solution = open(f"{a.task_set}/{name}/solutions/cpu_model.md").read()
+    files = sorted((task, f) for task in os.listdir(a.answers) if os.path.isdir(os.path.join(a.answers, task))
+                   for f in os.listdir(os.path.join(a.answers, task)) if f.endswith(f"_t{a.turn}.md"))
+    if not files:
+        sys.exit(f"{a.answers}: no <task>/s<sample>_t{a.turn}.md answer (a `leap eval --save-answers` folder?)")
+    out, counts, right = [], collections.Counter(), collections.Counter()
+    for task, f in files:
+        answer = open(os.path.join(a.answers, task, f)).read()
+        solution = open(os.path.join(a.task_set, task, "solutions", "cpu_model.md")).read()
+        program = yaml.safe_load(open(os.path.join(a.task_set, task, "task.yaml")))["source"]["program"]
         got, want = code_lines(answer), code_lines(solution)
+        gc, wc = comments(got), comments(want)
+        g_ops = [c for c in gc if not c.startswith("// return")]
+        w_ops = [c for c in wc if not c.startswith("// return")]
+        g_ret = [c for c in gc if c.startswith("// return")]
+        w_ret = [c for c in wc if c.startswith("// return")]
+        right["operator comments"] += sum(g == w for g, w in zip(g_ops, w_ops))
+        right["operator comments (of)"] += len(w_ops)
+        right["return comments"] += int(g_ret[:1] == w_ret[:1] and bool(w_ret))
+        right["return comments (of)"] += len(w_ret[:1])
+        right["same number of comment lines"] += len(gc) == len(wc)
         if got == want:
             counts["same as the solution"] += 1
         else:
-            comments = lambda ls: [l.strip() for l in ls if l.strip().startswith("//")]
-            kind = "C" if comments(got) != comments(want) else "L"
+            kind = "C" if gc != wc else "L"
             counts["a comment differs" if kind == "C" else "only code lines differ"] += 1
             diffs = [(g.strip(), w.strip()) for g, w in zip(got, want) if g != w][:3]
-            print(kind, name, t["source"]["program"], diffs)
-        out.append({"name": name, "program": t["source"]["program"], "answer": answer, "solution": solution})
-    print(dict(counts), "of", len(names))
+            print(kind, task, f, program, diffs)
+        out.append({"task": task, "file": f, "program": program, "answer": answer, "solution": solution})
+    print(dict(counts), "of", len(files), "answers")
+    print(f"operator comments right: {right['operator comments']} of {right['operator comments (of)']}; "
+          f"return comments right: {right['return comments']} of {right['return comments (of)']}; "
+          f"answers with the solution's number of comment lines: {right['same number of comment lines']}")
     if a.json:
         json.dump(out, open(a.json, "w"), indent=1)
 

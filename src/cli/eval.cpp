@@ -190,7 +190,8 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("eval", "Score a model, a run's checkpoint or saved solutions: correctness, "
                                          "speedup, fast_p, Acc@k per turn");
   struct Opts {
-    std::string config, bench, tasks, solutions, model, run, backend = "cpu", format = "table", levels, split;
+    std::string config, bench, tasks, solutions, model, run, backend = "cpu", format = "table", levels, split,
+        save_answers;
     std::vector<std::string> sets;
     int64_t checkpoint = -1, turns = 0, samples = 0, limit = 0;
   };
@@ -211,6 +212,8 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--limit", o->limit, "at most this many tasks")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--format", o->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_option("--save-answers", o->save_answers,
+                  "with --model/--run: save every answer to a new folder as <task>/s<sample>_t<turn>.md");
   return [o, &g]() -> int {
     if (o->bench.empty() && o->tasks.empty()) throw UsageError("leap eval: give --bench NAME or --tasks DIR");
     int sources = !o->solutions.empty() + !o->model.empty() + !o->run.empty();
@@ -218,6 +221,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     if (!o->config.empty()) config::load_experiment(o->config, o->sets);  // validates, exit 2 on errors
     if (!o->solutions.empty()) {
       if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
+      if (!o->save_answers.empty()) throw UsageError("leap eval: --save-answers goes with --model or --run");
       return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g);
     }
     if (o->bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
@@ -233,6 +237,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     a.limit = o->limit;
     a.backend = o->backend;
     a.format = o->format;
+    a.save_answers = o->save_answers;
     return eval_model(a, experiment_from_flags(o->config, o->sets), g);
   };
 }

@@ -24,6 +24,7 @@
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
+#include "util/fs.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 namespace leap::cli {
@@ -96,6 +97,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
     tasks.push_back(owned.back().get());
   }
   if (tasks.empty()) throw UsageError("leap eval: no task of " + dir + " matches --levels/--split/--limit");
+  if (!a.save_answers.empty()) util::require_new_folder(a.save_answers, "leap eval: --save-answers");
 
   const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());
   const torch::Device device = cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
@@ -136,8 +138,28 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
                              {"temperature", o.sampling.temperature}, {"max_new_tokens", o.sampling.max_new_tokens},
                              {"backend", backend}};
   info.settings_json = settings.dump();
-  const int64_t eval_id = db.create_evaluation(info);
-  db.add_eval_results(eval_id, rl::eval_result_records(groups, tasks, set.name));
+  std::vector<store::EvalResultRecord> records = rl::eval_result_records(groups, tasks, set.name);
+  if (!a.save_answers.empty()) {  // the answers first (a new folder, whole or not at all), then the rows
+    std::vector<std::pair<std::string, std::string>> files;
+    size_t row = 0;  // eval_result_records: groups, then samples, then turns, in this order
+    for (const auto& gr : groups)
+      for (size_t i = 0; i < gr.rollouts.size(); ++i)
+        for (const auto& t : gr.rollouts[i].turns) {
+          const std::string rel = tasks[gr.task_index]->spec().name + "/s" + std::to_string(i) + "_t" +
+                                  std::to_string(t.turn) + ".md";
+          files.emplace_back(rel, t.sample.text);
+          records.at(row++).file = (fs::path(a.save_answers) / rel).string();
+        }
+    util::write_new_folder(a.save_answers, files, "leap eval: --save-answers");
+  }
+  int64_t eval_id = 0;
+  try {
+    eval_id = db.create_evaluation(info);
+    db.add_eval_results(eval_id, records);
+  } catch (...) {
+    if (!a.save_answers.empty()) util::remove_tree(a.save_answers);  // no answers without their rows
+    throw;
+  }
 
   // Benchmark metrics per level and overall (report/metrics.hpp; the same as `leap eval --solutions`).
   report::MetricsInput mi;

@@ -22,6 +22,9 @@ struct ModelEvalArgs {
   int64_t limit = 0;
   std::string backend;     ///< cpu | cuda
   std::string format = "table";
+  /// A new folder: each answer saved as <task>/s<sample>_t<turn>.md (the layout `--solutions`
+  /// reads), its path in eval_results.file; empty: answers are not kept.
+  std::string save_answers;
 };
 
 /// Runs the evaluation, prints the table (or JSON), stores it. Returns the exit status.

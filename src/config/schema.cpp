@@ -242,8 +242,8 @@ std::vector<Field> build() {
                 member(&E_::train, &TrainConfig::sft, &SftConfig::schedule),
                 "supervised learning rate over the steps: constant, or cosine from lr to 0 at the last step"));
   s.push_back(F("train.sft.copy_steps", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::copy_steps),
-                "induction warm-up: before the supervised steps, N steps on copy examples (a window of a train prompt "
-                "repeated as the target) at constant lr (0 = off)",
+                "induction warm-up: before the supervised steps, N steps on copy examples (a train prompt, and a "
+                "window of it as the target) at constant lr (0 = off)",
                 0, kInf));
   s.push_back(F("train.sft.copy_tokens", FT::Int, member(&E_::train, &TrainConfig::sft, &SftConfig::copy_tokens),
                 "tokens per copy example's window", 1, 4096));

@@ -195,9 +195,9 @@ std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int
     const size_t len = std::min(ids.size(), static_cast<size_t>(tokens));
     const size_t start = std::uniform_int_distribution<size_t>(0, ids.size() - len)(rng);
     TrainSample s;
-    s.prompt_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(start),
-                        ids.begin() + static_cast<std::ptrdiff_t>(start + len));
-    s.completion_ids = s.prompt_ids;
+    s.prompt_ids = ids;
+    s.completion_ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                            ids.begin() + static_cast<std::ptrdiff_t>(start + len));
     out.push_back(std::move(s));
   }
   return out;

@@ -77,9 +77,11 @@ SftPool build_sft_pool(SftContext& ctx);
 /// at the last step.
 double sft_lr(const config::SftConfig& sft, int64_t step);
 
-/// Copy examples of the induction warm-up (train.sft.copy_steps): `count` samples, each a window
-/// of min(tokens, prompt length) consecutive token ids of a prompt of `pool` (the sample and the
-/// window's start drawn uniformly from `rng`) that is both the prompt and the target. A model
+/// Copy examples of the induction warm-up (train.sft.copy_steps): `count` samples, each the whole
+/// prompt of a sample of `pool` as the prompt and a window of min(tokens, prompt length)
+/// consecutive token ids of it as the target (the sample and the window's start drawn uniformly
+/// from `rng`), so the copied span lies as far back as the PyTorch lines an answer copies, at a
+/// distance that varies (a fixed offset would let a positional head copy instead). A model
 /// trained from scratch has no induction heads (Olsson et al. 2022, "In-context learning and
 /// induction heads", section 3), the circuit that copies a span it has seen before, which a
 /// pretrained LLM brings and the generated family's answers need (docs/results.md); this task

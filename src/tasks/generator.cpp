@@ -1,7 +1,5 @@
 #include "tasks/generator.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -168,40 +166,10 @@ GeneratedSet generate_tasks(const GeneratorOptions& opt) {
 }
 
 void write_generated_set(const GeneratedSet& set, const fs::path& out) {
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    if (!fs::is_directory(out, ec))
-      throw UsageError("leap tasks generate: --out " + out.string() + " exists and is not a folder");
-    if (!fs::is_empty(out, ec))
-      throw UsageError("leap tasks generate: --out " + out.string() +
-                       " exists and is not empty; give a new folder (nothing was written)");
-  }
-  fs::path abs = fs::absolute(out).lexically_normal();
-  if (abs.filename().empty()) abs = abs.parent_path();  // "DIR/" names DIR
-  const fs::path parent = abs.parent_path();
-  fs::create_directories(parent, ec);
-  if (ec) throw Error("leap tasks generate: cannot create " + parent.string() + ": " + ec.message());
-  const fs::path tmp = parent / ("." + abs.filename().string() + ".tmp." + std::to_string(::getpid()));
-  util::remove_tree(tmp);
-  try {
-    fs::create_directories(tmp);
-    util::write_file_atomic(tmp / "set.yaml", set.set_yaml);
-    for (const auto& t : set.tasks)
-      for (const auto& [rel, text] : t.files) {
-        const fs::path f = tmp / t.name / rel;
-        fs::create_directories(f.parent_path());
-        util::write_file_atomic(f, text);
-      }
-    if (fs::exists(abs)) fs::remove(abs);  // the empty folder checked above
-    fs::rename(tmp, abs);
-    util::sync_dir(parent);
-  } catch (const fs::filesystem_error& e) {
-    util::remove_tree(tmp);
-    throw Error(std::string("leap tasks generate: writing ") + out.string() + " failed: " + e.what());
-  } catch (...) {
-    util::remove_tree(tmp);
-    throw;
-  }
+  std::vector<std::pair<std::string, std::string>> files{{"set.yaml", set.set_yaml}};
+  for (const auto& t : set.tasks)
+    for (const auto& [rel, text] : t.files) files.emplace_back((fs::path(t.name) / rel).string(), text);
+  util::write_new_folder(out, files, "leap tasks generate: --out");
 }
 
 }  // namespace leap::tasks

@@ -145,4 +145,42 @@ void sync_dir(const fs::path& dir) {
   ::close(fd);
 }
 
+void require_new_folder(const fs::path& out, const std::string& what) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  if (!fs::is_directory(out, ec)) throw UsageError(what + " " + out.string() + " exists and is not a folder");
+  if (!fs::is_empty(out, ec))
+    throw UsageError(what + " " + out.string() + " exists and is not empty; give a new folder (nothing was written)");
+}
+
+void write_new_folder(const fs::path& out, const std::vector<std::pair<std::string, std::string>>& files,
+                      const std::string& what) {
+  require_new_folder(out, what);
+  fs::path abs = fs::absolute(out).lexically_normal();
+  if (abs.filename().empty()) abs = abs.parent_path();  // "DIR/" names DIR
+  const fs::path parent = abs.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) throw Error(what + " " + out.string() + ": cannot create " + parent.string() + ": " + ec.message());
+  const fs::path tmp = parent / ("." + abs.filename().string() + ".tmp." + std::to_string(::getpid()));
+  remove_tree(tmp);
+  try {
+    fs::create_directories(tmp);
+    for (const auto& [rel, bytes] : files) {
+      const fs::path f = tmp / rel;
+      fs::create_directories(f.parent_path());
+      write_file_atomic(f, bytes);
+    }
+    if (fs::exists(abs)) fs::remove(abs);  // the empty folder checked above
+    fs::rename(tmp, abs);
+    sync_dir(parent);
+  } catch (const fs::filesystem_error& e) {
+    remove_tree(tmp);
+    throw Error(what + " " + out.string() + ": writing failed: " + e.what());
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+}
+
 }  // namespace leap::util

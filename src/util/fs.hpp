@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace leap::util {
 
@@ -32,6 +34,19 @@ std::int64_t file_size_or(const std::filesystem::path& path);
 /// a shell; a missing path is no error. Returns false if something could not be removed.
 /// (std::filesystem::remove_all is avoided: libtorch.so exports its own, which crashes in leap.)
 bool remove_tree(const std::filesystem::path& path);
+
+/// Throws UsageError "<what> <out> exists and is not empty; give a new folder (nothing was
+/// written)" (or "... is not a folder") unless `out` is missing or an empty folder. `what` names
+/// the command and option, e.g. "leap tasks generate: --out".
+void require_new_folder(const std::filesystem::path& out, const std::string& what);
+
+/// Writes the new folder `out` whole or not at all: every (path relative to `out`, bytes) of
+/// `files` through write_file_atomic into the hidden sibling ".<name>.tmp.<pid>", which is then
+/// renamed to `out` (an empty `out` is replaced). Checks require_new_folder first (nothing is
+/// written then). Throws leap::Error naming `out` when a write or the rename fails; the temporary
+/// folder is removed and `out` is left as it was.
+void write_new_folder(const std::filesystem::path& out,
+                      const std::vector<std::pair<std::string, std::string>>& files, const std::string& what);
 
 /// fsync of a folder, so that a rename inside it is durable. Errors are ignored (not every file
 /// system supports it).
