@@ -83,17 +83,18 @@ double sft_lr(const config::SftConfig& sft, int64_t step);
 /// from `rng`), so the copied span lies as far back as the PyTorch lines an answer copies, at a
 /// distance that varies (a fixed offset would let a positional head copy instead). A model
 /// trained from scratch has no induction heads (Olsson et al. 2022, "In-context learning and
-/// induction heads", section 3), the circuit that copies a span it has seen before, which a
-/// pretrained LLM brings and the generated family's answers need (docs/results.md); this task
-/// trains exactly that circuit on the set's own tokens. Throws leap::Error when no sample of
-/// `pool` has a prompt token or tokens < 1.
+/// induction heads"), the circuit that copies a span it has seen before, which a pretrained LLM
+/// brings and the generated family's answers need; this task asks for that circuit on the set's
+/// own tokens (measured on the generated family, it did not help: docs/results.md). Throws
+/// leap::Error when no sample of `pool` has a prompt token or tokens < 1.
 std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int64_t count, int64_t tokens,
                                        std::mt19937_64& rng);
 
 /// Runs exp.train.sft.copy_steps copy steps (copy_examples, train.sft.batch_size per step, at
-/// train.sft.lr; `sft/copy_loss` at steps <= -steps), then exp.train.sft.steps supervised steps (own AdamW at sft_lr(train.sft, step), batches of
-/// train.sft.batch_size drawn from a seeded shuffle of build_sft_pool's samples; token-mean
-/// NLL of the targets). Stores `sft/loss` at steps <= 0 and one `sft` event. Warns and returns
+/// train.sft.lr; `sft/copy_loss` at steps <= -steps, one `sft_copy` event), then
+/// exp.train.sft.steps supervised steps (the same AdamW at sft_lr(train.sft, step), batches of
+/// train.sft.batch_size drawn from a seeded shuffle of build_sft_pool's samples; token-mean NLL
+/// of the targets). Stores `sft/loss` at steps <= 0 and one `sft` event. Warns and returns
 /// when the split has no shipped solution. Throws what the model, the grader and the store throw.
 void run_sft(SftContext& ctx);
 
