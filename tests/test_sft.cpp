@@ -277,15 +277,16 @@ TEST_CASE("sft_lr: constant, or cosine from lr at step 1 to 0 at the last step")
   CHECK(rl::sft_lr(c, 1) == doctest::Approx(0.004));
 }
 
-TEST_CASE("copy_examples: a pool prompt as the context, a window of it as the target; seeded; every start reachable") {
+TEST_CASE("CopyExamples: a pool prompt as the context, a window of it as the target; seeded; every start reachable") {
   std::vector<rl::TrainSample> pool(3);
   pool[0].prompt_ids = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
   pool[1].prompt_ids = {};  // no prompt: never drawn
   pool[2].prompt_ids = {30, 31, 32};
   pool[2].completion_ids = {99};
   std::mt19937_64 rng(7), again(7);
-  const auto a = rl::copy_examples(pool, 400, 4, rng);
-  const auto b = rl::copy_examples(pool, 400, 4, again);
+  const rl::CopyExamples copies(pool, 4);
+  const auto a = copies.draw(400, rng);
+  const auto b = copies.draw(400, again);
   REQUIRE(a.size() == 400);
   std::set<int64_t> starts0;
   size_t from2 = 0;
@@ -311,11 +312,11 @@ TEST_CASE("copy_examples: a pool prompt as the context, a window of it as the ta
   CHECK(from2 > 100);  // both prompts are drawn (about 200 each)
   CHECK(from2 < 300);
   std::mt19937_64 other(8);
-  const auto c = rl::copy_examples(pool, 400, 4, other);
+  const auto c = copies.draw(400, other);
   bool differs = false;
   for (size_t k = 0; k < c.size(); ++k) differs = differs || c[k].completion_ids != a[k].completion_ids;
   CHECK(differs);
-  CHECK_THROWS_WITH_AS(rl::copy_examples(std::vector<rl::TrainSample>(2), 1, 4, rng),
-                       doctest::Contains("no SFT example has a prompt"), Error);
-  CHECK_THROWS_AS(rl::copy_examples(pool, 1, 0, rng), Error);
+  const std::vector<rl::TrainSample> no_prompt(2);
+  CHECK_THROWS_WITH_AS(rl::CopyExamples(no_prompt, 4), doctest::Contains("no SFT example has a prompt"), Error);
+  CHECK_THROWS_WITH_AS(rl::CopyExamples(pool, 0), doctest::Contains("copy_tokens must be >= 1"), Error);
 }

@@ -138,24 +138,14 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
                              {"temperature", o.sampling.temperature}, {"max_new_tokens", o.sampling.max_new_tokens},
                              {"backend", backend}};
   info.settings_json = settings.dump();
-  std::vector<store::EvalResultRecord> records = rl::eval_result_records(groups, tasks, set.name);
-  if (!a.save_answers.empty()) {  // the answers first (a new folder, whole or not at all), then the rows
-    std::vector<std::pair<std::string, std::string>> files;
-    size_t row = 0;  // eval_result_records: groups, then samples, then turns, in this order
-    for (const auto& gr : groups)
-      for (size_t i = 0; i < gr.rollouts.size(); ++i)
-        for (const auto& t : gr.rollouts[i].turns) {
-          const std::string rel = tasks[gr.task_index]->spec().name + "/s" + std::to_string(i) + "_t" +
-                                  std::to_string(t.turn) + ".md";
-          files.emplace_back(rel, t.sample.text);
-          records.at(row++).file = (fs::path(a.save_answers) / rel).string();
-        }
-    util::write_new_folder(a.save_answers, files, "leap eval: --save-answers");
-  }
+  std::vector<std::pair<std::string, std::string>> answers;  // --save-answers: (path in the folder, text)
+  const std::vector<store::EvalResultRecord> records =
+      rl::eval_result_records(groups, tasks, set.name, a.save_answers, a.save_answers.empty() ? nullptr : &answers);
+  // The answers first (a new folder, whole or not at all), then the evaluation in one transaction.
+  if (!a.save_answers.empty()) util::write_new_folder(a.save_answers, answers, "leap eval: --save-answers");
   int64_t eval_id = 0;
   try {
-    eval_id = db.create_evaluation(info);
-    db.add_eval_results(eval_id, records);
+    eval_id = db.write_evaluation(info, records);
   } catch (...) {
     if (!a.save_answers.empty()) util::remove_tree(a.save_answers);  // no answers without their rows
     throw;

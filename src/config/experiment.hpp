@@ -170,7 +170,7 @@ struct SftConfig {
   /// Learning rate over the supervised steps: constant, or cosine from `lr` to 0 at `steps`.
   std::string schedule = "constant";
   /// Induction warm-up: before the supervised steps, this many steps on copy examples (a train
-  /// prompt, and a window of it as the target; rl/sft.hpp copy_examples) at constant `lr`; 0 = off.
+  /// prompt, and a window of it as the target; rl/sft.hpp CopyExamples) at constant `lr`; 0 = off.
   int64_t copy_steps = 0;
   /// Tokens per copy example's window (its target).
   int64_t copy_tokens = 64;

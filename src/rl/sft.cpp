@@ -182,17 +182,18 @@ double sft_lr(const config::SftConfig& sft, int64_t step) {
   return sft.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int64_t count, int64_t tokens,
-                                       std::mt19937_64& rng) {
+CopyExamples::CopyExamples(const std::vector<TrainSample>& pool, int64_t tokens) : pool_(pool), tokens_(tokens) {
   if (tokens < 1) throw Error("train.sft.copy_tokens must be >= 1");
-  std::vector<size_t> with_prompt;
   for (size_t i = 0; i < pool.size(); ++i)
-    if (!pool[i].prompt_ids.empty()) with_prompt.push_back(i);
-  if (with_prompt.empty()) throw Error("train.sft.copy_steps: no SFT example has a prompt to copy from");
+    if (!pool[i].prompt_ids.empty()) with_prompt_.push_back(i);
+  if (with_prompt_.empty()) throw Error("train.sft.copy_steps: no SFT example has a prompt to copy from");
+}
+
+std::vector<TrainSample> CopyExamples::draw(int64_t count, std::mt19937_64& rng) const {
   std::vector<TrainSample> out;
   for (int64_t k = 0; k < count; ++k) {
-    const auto& ids = pool[with_prompt[std::uniform_int_distribution<size_t>(0, with_prompt.size() - 1)(rng)]].prompt_ids;
-    const size_t len = std::min(ids.size(), static_cast<size_t>(tokens));
+    const auto& ids = pool_[with_prompt_[std::uniform_int_distribution<size_t>(0, with_prompt_.size() - 1)(rng)]].prompt_ids;
+    const size_t len = std::min(ids.size(), static_cast<size_t>(tokens_));
     const size_t start = std::uniform_int_distribution<size_t>(0, ids.size() - len)(rng);
     TrainSample s;
     s.prompt_ids = ids;
@@ -202,6 +203,46 @@ std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int
   }
   return out;
 }
+
+namespace {
+
+/// What one phase of run_sft did.
+struct PhaseStats {
+  int64_t steps = 0;  ///< steps run (fewer than asked when interrupted)
+  double first = std::nan(""), last = std::nan("");  ///< loss of the first and last step, nats/token
+  double seconds = 0;
+};
+
+/// One phase of run_sft: up to `steps` steps of sft_step with `opt`, step s (1-based) at learning
+/// rate lr_of(s) on this rank's share (every world-th example from the rank-th) of the whole batch
+/// batch_of(s); the loss is stored as metric `metric` at step s + `metric_offset`. Stops after
+/// the running step when interrupted.
+template <class BatchOf, class LrOf>
+PhaseStats run_phase(SftContext& c, torch::optim::AdamW& opt, const UpdateOptions& o, const char* label, int64_t steps,
+                     const char* metric, int64_t metric_offset, BatchOf&& batch_of, LrOf&& lr_of) {
+  util::Progress progress(label, steps, c.progress);
+  const auto t0 = Clock::now();
+  PhaseStats st;
+  for (int64_t step = 1; step <= steps && !(c.interrupted && *c.interrupted); ++step) {
+    ++st.steps;
+    const double lr = lr_of(step);
+    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    // Every rank draws the whole batch (the same seed) and keeps its share: data parallel.
+    std::vector<TrainSample> all = batch_of(step), batch;
+    for (size_t b = 0; b < all.size(); ++b)
+      if (static_cast<int64_t>(b) % c.world == c.rank) batch.push_back(std::move(all[b]));
+    const double loss = sft_step(c.model, opt, c.params, batch, o);
+    if (std::isnan(st.first)) st.first = loss;
+    st.last = loss;
+    if (c.db) c.db->add_metric(c.run_id, step + metric_offset, metric, loss);
+    progress.tick();
+  }
+  progress.finish();
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
+
+}  // namespace
 
 /// Supervised warm start on the train split's shipped solutions (train.sft).
 void run_sft(SftContext& c) {
@@ -219,70 +260,47 @@ void run_sft(SftContext& c) {
                                         .weight_decay(c.exp.optim.weight_decay));
   UpdateOptions o = c.update;
   o.temperature = 1.0;
-  if (sft.copy_steps > 0) {  // induction warm-up on the set's own tokens (copy_examples)
+  // SFT metrics use steps <= 0 so that RL step numbers (and resume truncation) are unaffected; the
+  // copy steps come before them.
+  if (sft.copy_steps > 0) {  // induction warm-up on the set's own tokens (CopyExamples), constant lr
+    const CopyExamples copies(pool, sft.copy_tokens);
     std::mt19937_64 copy_rng(util::mix_seed(c.exp.train.seed, 0xC0B7));
-    util::Progress copy_progress("sft copy", sft.copy_steps, c.progress);
-    const auto tc = Clock::now();
-    double first = std::nan(""), last = std::nan("");
-    int64_t run = 0;
-    for (int64_t step = 1; step <= sft.copy_steps && !(c.interrupted && *c.interrupted); ++step, ++run) {
-      // Every rank draws the whole batch (same seed) and keeps its share, as below.
-      const std::vector<TrainSample> all = copy_examples(pool, sft.batch_size, sft.copy_tokens, copy_rng);
-      std::vector<TrainSample> batch;
-      for (int64_t b = 0; b < sft.batch_size; ++b)
-        if (b % c.world == c.rank) batch.push_back(all[static_cast<size_t>(b)]);
-      const double loss = sft_step(c.model, opt, c.params, batch, o);
-      if (std::isnan(first)) first = loss;
-      last = loss;
-      if (c.db) c.db->add_metric(c.run_id, step - sft.copy_steps - sft.steps, "sft/copy_loss", loss);
-      copy_progress.tick();
-    }
-    copy_progress.finish();
-    const double secs = std::chrono::duration<double>(Clock::now() - tc).count();
-    spdlog::info("sft: {} copy steps of {} tokens, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", run, sft.copy_tokens,
-                 first, last, secs);
+    const PhaseStats st = run_phase(
+        c, opt, o, "sft copy", sft.copy_steps, "sft/copy_loss", -sft.copy_steps - sft.steps,
+        [&](int64_t) { return copies.draw(sft.batch_size, copy_rng); }, [&](int64_t) { return sft.lr; });
+    spdlog::info("sft: {} copy steps of {} tokens, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", st.steps,
+                 sft.copy_tokens, st.first, st.last, st.seconds);
     if (c.db)
       c.db->add_event(c.run_id, 0, "sft_copy",
-                      fmt::format("{} of {} copy steps of {} tokens, loss {:.4f} -> {:.4f}, {:.1f} s", run,
-                                  sft.copy_steps, sft.copy_tokens, first, last, secs));
+                      fmt::format("{} of {} copy steps of {} tokens, loss {:.4f} -> {:.4f}, {:.1f} s", st.steps,
+                                  sft.copy_steps, sft.copy_tokens, st.first, st.last, st.seconds));
   }
   std::mt19937_64 rng(util::mix_seed(c.exp.train.seed, 0x5F7));
   std::vector<size_t> order(pool.size());
   std::iota(order.begin(), order.end(), 0);
   size_t pos = order.size();
-  util::Progress progress("sft", sft.steps, c.progress);
-  const auto t0 = Clock::now();
-  double first = std::nan(""), last = std::nan("");
-  int64_t steps_run = 0;
-  for (int64_t step = 1; step <= sft.steps && !(c.interrupted && *c.interrupted); ++step) {
-    ++steps_run;
-    const double lr = sft_lr(sft, step);
-    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    std::vector<TrainSample> batch;
-    for (int64_t b = 0; b < sft.batch_size; ++b) {
-      if (pos >= order.size()) {
-        std::shuffle(order.begin(), order.end(), rng);
-        pos = 0;
-      }
-      const size_t k = order[pos++];
-      if (b % c.world == c.rank) batch.push_back(pool[k]);  // data parallel: this rank's share
-    }
-    const double loss = sft_step(c.model, opt, c.params, batch, o);
-    if (std::isnan(first)) first = loss;
-    last = loss;
-    // SFT metrics use steps <= 0 so that RL step numbers (and resume truncation) are unaffected.
-    if (c.db) c.db->add_metric(c.run_id, step - sft.steps, "sft/loss", loss);
-    progress.tick();
-  }
-  progress.finish();
+  const PhaseStats st = run_phase(
+      c, opt, o, "sft", sft.steps, "sft/loss", -sft.steps,
+      [&](int64_t) {
+        std::vector<TrainSample> batch;
+        for (int64_t b = 0; b < sft.batch_size; ++b) {
+          if (pos >= order.size()) {
+            std::shuffle(order.begin(), order.end(), rng);
+            pos = 0;
+          }
+          batch.push_back(pool[order[pos++]]);
+        }
+        return batch;
+      },
+      [&](int64_t step) { return sft_lr(sft, step); });
   std::string what = fmt::format("{} solutions", built.solutions);
   if (built.wrong_twins > 0) what += fmt::format(" + {} wrong twins", built.wrong_twins);
   if (built.second_turn > 0) what += fmt::format(" + {} second-turn examples", built.second_turn);
-  spdlog::info("sft: {} steps on {}, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", steps_run, what, first, last,
-               std::chrono::duration<double>(Clock::now() - t0).count());
+  spdlog::info("sft: {} steps on {}, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", st.steps, what, st.first, st.last,
+               st.seconds);
   if (c.db)
     c.db->add_event(c.run_id, 0, "sft",
-                    fmt::format("{} of {} steps on {}, loss {:.4f} -> {:.4f}{}", steps_run, sft.steps, what, first, last,
+                    fmt::format("{} of {} steps on {}, loss {:.4f} -> {:.4f}{}", st.steps, sft.steps, what, st.first, st.last,
                                 built.twins.empty() ? std::string() : "; wrong twins: " + built.twins));
 }
 

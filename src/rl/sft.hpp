@@ -77,20 +77,30 @@ SftPool build_sft_pool(SftContext& ctx);
 /// at the last step.
 double sft_lr(const config::SftConfig& sft, int64_t step);
 
-/// Copy examples of the induction warm-up (train.sft.copy_steps): `count` samples, each the whole
-/// prompt of a sample of `pool` as the prompt and a window of min(tokens, prompt length)
-/// consecutive token ids of it as the target (the sample and the window's start drawn uniformly
-/// from `rng`), so the copied span lies as far back as the PyTorch lines an answer copies, at a
-/// distance that varies (a fixed offset would let a positional head copy instead). A model
-/// trained from scratch has no induction heads (Olsson et al. 2022, "In-context learning and
-/// induction heads"), the circuit that copies a span it has seen before, which a pretrained LLM
-/// brings and the generated family's answers need; this task asks for that circuit on the set's
-/// own tokens (measured on the generated family, it did not help: docs/results.md). Throws
-/// leap::Error when no sample of `pool` has a prompt token or tokens < 1.
-std::vector<TrainSample> copy_examples(const std::vector<TrainSample>& pool, int64_t count, int64_t tokens,
-                                       std::mt19937_64& rng);
+/// Copy examples of the induction warm-up (train.sft.copy_steps): each example is the whole
+/// prompt of a sample of the pool as the prompt and a window of min(tokens, prompt length)
+/// consecutive token ids of it as the target (the sample and the window's start drawn uniformly),
+/// so the copied span lies as far back as the PyTorch lines an answer copies, at a distance that
+/// varies (a fixed offset would let a positional head copy instead). A model trained from scratch
+/// has no induction heads (Olsson et al. 2022, "In-context learning and induction heads"), the
+/// circuit that copies a span it has seen before, which a pretrained LLM brings and the generated
+/// family's answers need; this task asks for that circuit on the set's own tokens (measured on the
+/// generated family, it did not help: docs/results.md).
+class CopyExamples {
+ public:
+  /// Finds the samples of `pool` that have a prompt (once). `pool` must outlive this object.
+  /// Throws leap::Error when no sample has a prompt token or tokens < 1.
+  CopyExamples(const std::vector<TrainSample>& pool, int64_t tokens);
+  /// `count` copy examples drawn from `rng`.
+  std::vector<TrainSample> draw(int64_t count, std::mt19937_64& rng) const;
 
-/// Runs exp.train.sft.copy_steps copy steps (copy_examples, train.sft.batch_size per step, at
+ private:
+  const std::vector<TrainSample>& pool_;
+  int64_t tokens_;
+  std::vector<size_t> with_prompt_;  ///< indices of pool_'s samples with a prompt
+};
+
+/// Runs exp.train.sft.copy_steps copy steps (CopyExamples, train.sft.batch_size per step, at
 /// train.sft.lr; `sft/copy_loss` at steps <= -steps, one `sft_copy` event), then
 /// exp.train.sft.steps supervised steps (the same AdamW at sft_lr(train.sft, step), batches of
 /// train.sft.batch_size drawn from a seeded shuffle of build_sft_pool's samples; token-mean NLL

@@ -1,6 +1,7 @@
 #include "rl/step_record.hpp"
 
 #include <cmath>
+#include <filesystem>
 
 #include "env/task_runtime.hpp"
 
@@ -81,9 +82,14 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
   return out;
 }
 
+std::string answer_file(const std::string& task, int64_t sample, int64_t turn) {
+  return task + "/s" + std::to_string(sample) + "_t" + std::to_string(turn) + ".md";
+}
+
 std::vector<store::EvalResultRecord> eval_result_records(const std::vector<GroupResult>& groups,
                                                          const std::vector<const env::RuntimeTask*>& tasks,
-                                                         const std::string& task_set) {
+                                                         const std::string& task_set, const std::string& answers_dir,
+                                                         std::vector<std::pair<std::string, std::string>>* answers) {
   std::vector<store::EvalResultRecord> rows;
   for (const auto& g : groups) {
     const auto& spec = tasks[g.task_index]->spec();
@@ -98,6 +104,11 @@ std::vector<store::EvalResultRecord> eval_result_records(const std::vector<Group
         rec.candidate_ms = finite_or_empty(t.result.candidate_ms);
         rec.reference_ms = finite_or_empty(t.result.reference_ms);
         rec.suspicious = t.result.suspicious;
+        if (!answers_dir.empty()) {
+          const std::string rel = answer_file(spec.name, rec.sample, rec.turn);
+          rec.file = (std::filesystem::path(answers_dir) / rel).string();
+          if (answers) answers->emplace_back(rel, t.sample.text);
+        }
         rows.push_back(std::move(rec));
       }
   }

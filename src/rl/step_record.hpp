@@ -36,9 +36,16 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
                                               const std::string& task_set, const LogprobMeans& means,
                                               bool store_text);
 
+/// The path of an answer inside a `leap eval --save-answers` folder, the layout `leap eval
+/// --solutions` reads: "<task>/s<sample>_t<turn>.md".
+std::string answer_file(const std::string& task, int64_t sample, int64_t turn);
+
 /// One eval_results row per graded turn of every rollout (sample = rollout index, turn 1-based).
-std::vector<store::EvalResultRecord> eval_result_records(const std::vector<GroupResult>& groups,
-                                                         const std::vector<const env::RuntimeTask*>& tasks,
-                                                         const std::string& task_set);
+/// With `answers_dir` not empty, each row's `file` is answers_dir / answer_file(...) and, when
+/// `answers` is given, (answer_file(...), the answer's text) is appended to it for every row.
+std::vector<store::EvalResultRecord> eval_result_records(
+    const std::vector<GroupResult>& groups, const std::vector<const env::RuntimeTask*>& tasks,
+    const std::string& task_set, const std::string& answers_dir = {},
+    std::vector<std::pair<std::string, std::string>>* answers = nullptr);
 
 }  // namespace leap::rl

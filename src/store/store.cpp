@@ -368,13 +368,7 @@ std::int64_t Store::write_evaluation(const EvaluationInfo& info, const std::vect
                                      const std::vector<MetricRecord>& metrics) {
   try {
     Transaction tx(db_);
-    Statement ev = db_.prepare(
-        "INSERT INTO evaluations (run_id, step, bench, created_at, settings_json) "
-        "VALUES (?1, ?2, ?3, ?4, ?5)");
-    ev.bind_opt_text(1, info.run_id).bind_opt_int64(2, info.step).bind_text(3, info.bench);
-    ev.bind_double(4, info.created_at.value_or(unix_now())).bind_text(5, info.settings_json);
-    ev.run();
-    const std::int64_t evaluation_id = db_.last_insert_rowid();
+    const std::int64_t evaluation_id = create_evaluation(info);
     insert_eval_results(db_, evaluation_id, results);
     if (!metrics.empty()) {
       if (!info.run_id) throw StoreError("metrics of an evaluation need its run");
