@@ -447,9 +447,12 @@ TEST_CASE("env timing: work done beside the timed calls is timed by the job's CP
   CHECK(r.details.count("cpu_bound") == 1);
   CHECK(r.feedback.find("timed by its CPU time") != std::string::npos);
   // ~30 ms of CPU a job, against microseconds a call: 30 ms over its 6 runs or, a few-us kernel
-  // getting a CPU-time check job of many more runs (docs/env.md "Timing"), over that job's runs
+  // getting a CPU-time check job of many more runs (docs/env.md "Timing"), over that job's runs.
+  // At least half of it: the no-op's CPU, measured in other jobs, is taken off, and on a loaded
+  // machine (ctest -j) that took 20% off once (fresh-clone CI, 2026-12-03); an uncharged
+  // 30 ms would leave the relu's microseconds, 1000x below this bound.
   const int runs = r.details.count("cpu_check_runs") ? std::stoi(r.details.at("cpu_check_runs")) : 6;
-  CHECK(r.candidate_ms > 0.8 * 30.0 / runs);
+  CHECK(r.candidate_ms > 0.5 * 30.0 / runs);
 }
 
 TEST_CASE("env timing: the no-op baseline is built for any kernel name the plan allows (main included)") {
