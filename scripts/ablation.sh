@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The generated-family ablation (docs/results.md), one command:
-#   1. generates the task set (tasks/generated/ewred: 2560 distinct programs, 60 held out, one
-#      PyTorch spelling per operator),
-#   2. makes the tiny model with a tokenizer trained on that set (models/ewred-tiny),
+#   1. generates the task set (tasks/generated/ewred_lines: 2700 distinct programs, 200 held out,
+#      one PyTorch spelling per operator, numbered names),
+#   2. makes the tiny model with a line tokenizer trained on that set's train split
+#      (models/ewred_lines-tiny),
 #   3. runs the supervised warm start once (configs/generated/sft.yaml) and copies its checkpoint
-#      to models/ewred-sft, the starting policy of every arm,
+#      to models/ewred_lines-sft, the starting policy of every arm,
 #   4. runs every arm (configs/generated/{st_grpo,mt_binary,mt_rank,mt_dcp_rank}.yaml) once per seed,
 #   5. prints `leap report` over the arm runs (mean ± standard error over seeds per arm).
-# Steps already done are skipped (delete models/ewred-sft to redo the warm start). Every heavy
+# Steps already done are skipped (delete models/ewred_lines-sft to redo the warm start). Every heavy
 # command runs under `nice -n 10`.
 #
 # Environment: SEEDS (default "0 1 2"), ARMS (default all four), OUT (default results/ablation:
@@ -22,23 +23,26 @@ OUT=${OUT:-results/ablation}
 TARGET=${TARGET:-0.5}
 SET=${SET:-}
 LEAP=${LEAP:-build/leap}
-TASKS=tasks/generated/ewred
+TASKS=tasks/generated/ewred_lines
+TINY=models/ewred_lines-tiny
+SFT=models/ewred_lines-sft
 NICE="nice -n 10"
 
 [ -x "$LEAP" ] || $NICE bash scripts/build.sh
 mkdir -p "$OUT"
 start=$(date +%s)
 if [ ! -f "$TASKS/set.yaml" ]; then
-  $LEAP tasks generate ewred --count 2560 --seed 0 --eval-fraction 0.0234375 --spellings canonical --out "$TASKS"
+  $LEAP tasks generate ewred --count 2700 --seed 0 --eval-fraction 0.0740741 --spellings canonical --names numbered \
+    --out "$TASKS"
 fi
-if [ ! -f models/ewred-tiny/config.json ]; then
-  $NICE $LEAP model init --preset tiny --corpus "$TASKS" --out models/ewred-tiny --seed 0
+if [ ! -f "$TINY/config.json" ]; then
+  $NICE $LEAP model init --preset tiny --pretokenizer lines --corpus "$TASKS" --out "$TINY" --seed 0
 fi
-if [ ! -f models/ewred-sft/config.json ]; then
+if [ ! -f "$SFT/config.json" ]; then
   $NICE $LEAP --db "$OUT/sft.db" --results-dir "$OUT" train configs/generated/sft.yaml | tee "$OUT/sft.txt"
   ckpt=$(awk '/^  checkpoint /{print $2}' "$OUT/sft.txt" | tail -1)
   [ -f "$ckpt/config.json" ] || { echo "ablation: no checkpoint found after the warm start ($ckpt)" >&2; exit 1; }
-  rm -rf models/ewred-sft.tmp && cp -r "$ckpt" models/ewred-sft.tmp && mv models/ewred-sft.tmp models/ewred-sft
+  rm -rf "$SFT.tmp" && cp -r "$ckpt" "$SFT.tmp" && mv "$SFT.tmp" "$SFT"
 fi
 echo "ablation: warm start ready after $(( $(date +%s) - start )) s"
 # One arm x seed run; its stdout goes to OUT/ARM-seedS.txt.

@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 
 #include <chrono>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -18,6 +19,9 @@
 #include "model/tiny_model.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
+#include "rl/prompts.hpp"
+#include "rl/sft.hpp"
+#include "tasks/task_spec.hpp"
 #include "util/error.hpp"
 
 namespace leap::cli {
@@ -79,6 +83,30 @@ int inspect(const std::string& path) {
   return 0;
 }
 
+// The corpus of a `lines` tokenizer: for each task of the train split of the task set `dir` (every
+// task when it has no set.yaml), the turn-1 messages the policy reads for each backend the task
+// ships solutions for (cpu when none), a wrong-output feedback message, and the shipped
+// solutions, each message content after its role line as the chat template renders it. Eval
+// tasks are left out, so nothing of a held-out task trains the tokenizer.
+std::vector<std::string> rendered_corpus(const std::string& dir) {
+  const auto set = leap::tasks::load_task_set(dir);
+  std::vector<std::string> out;
+  for (const auto* task : set.split("train")) {
+    std::vector<std::string> backends;
+    for (const char* b : {"cpu", "cuda"}) {
+      auto sols = leap::rl::shipped_solutions(*task, b);
+      if (sols.empty()) continue;
+      backends.emplace_back(b);
+      for (auto& s : sols) out.push_back("assistant\n" + s);
+    }
+    if (backends.empty()) backends.emplace_back("cpu");
+    for (const auto& b : backends)
+      for (const auto& m : leap::rl::first_turn_messages(*task, b)) out.push_back(m.role + "\n" + m.content);
+    out.push_back("user\n" + leap::rl::feedback_message("wrong_output", "", std::nan("")));
+  }
+  return out;
+}
+
 int tokenize(const std::string& path, const std::string& text) {
   const auto tok = leap::model::Tokenizer::from_file(path);
   const auto ids = tok.encode(text);
@@ -97,6 +125,8 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   cmd->require_subcommand(1);
   struct Opts {
     std::string path, text, prompt, preset = "tiny", out, corpus = "tasks", device = "auto", dtype = "auto";
+    std::string pretokenizer = "words";
+    int64_t vocab = 0;
     bool chat = false;
     int64_t max_new_tokens = 128, seed = 0, top_k = 0;
     double temperature = 0.0, top_p = 1.0;
@@ -135,15 +165,31 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   init->add_option("--seed", o->seed, "weight seed")->capture_default_str();
+  init->add_option("--pretokenizer", o->pretokenizer,
+                   "words: Qwen2's split (words, single digits), trained on every task.yaml and solution under "
+                   "--corpus; lines: one pre-token per line, trained on the train split's rendered turn-1 prompts "
+                   "and solutions (--corpus must be a task set)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(leap::model::kTinyPretokenizers),
+                                                     std::end(leap::model::kTinyPretokenizers))))
+      ->capture_default_str();
+  init->add_option("--vocab", o->vocab, "tokenizer ids with the 3 special tokens (0: 1024 for words, 4096 for lines)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}))
+      ->capture_default_str();
   return [cmd, o]() -> int {
     const std::string sub = cmd->get_subcommands().front()->get_name();
     if (sub == "inspect") return inspect(o->path);
     if (sub == "tokenize") return tokenize(o->path, o->text);
     if (sub == "init") {
-      auto info = leap::model::init_tiny_model(o->out, o->corpus, o->preset, static_cast<uint64_t>(o->seed));
+      if (o->vocab != 0 && o->vocab < 512) throw UsageError("model init --vocab " + std::to_string(o->vocab) + ": use 0 or 512..65536");
+      leap::model::TinyTokenizerOptions tok;
+      tok.pretokenizer = o->pretokenizer;
+      tok.vocab_size = o->vocab;
+      if (o->pretokenizer == "lines") tok.corpus = rendered_corpus(o->corpus);
+      auto info = leap::model::init_tiny_model(o->out, o->corpus, o->preset, static_cast<uint64_t>(o->seed), tok);
       std::cout << "wrote " << o->out << ": qwen2 preset " << o->preset << ", " << info.num_parameters
-                << " parameters, vocabulary " << info.vocab_size << " (BPE trained on " << info.corpus_documents
-                << " files under " << o->corpus << ")\n";
+                << " parameters, vocabulary " << info.vocab_size << " (" << o->pretokenizer << " BPE trained on "
+                << info.corpus_documents << (tok.corpus.empty() ? " files" : " rendered prompts and solutions")
+                << " under " << o->corpus << ")\n";
       return 0;
     }
     // generate

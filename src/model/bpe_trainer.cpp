@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -16,14 +17,49 @@ namespace leap::model {
 const char* const kQwen2SplitPattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+const char* const kLineSplitPattern = R"([^\n]*\n|[^\n]+)";
+
+namespace {
+
+using Pair = std::pair<int32_t, int32_t>;
+
+// The pair counts of a BPE training run, with the most frequent pair (ties: the smaller pair)
+// found in O(log n): `order` holds (-count, pair) for every pair with a positive count.
+class PairCounts {
+ public:
+  void add(Pair p, int64_t n) {
+    if (n == 0) return;
+    auto it = counts_.find(p);
+    const int64_t old = it == counts_.end() ? 0 : it->second;
+    if (old > 0) order_.erase({-old, p});
+    const int64_t now = old + n;
+    if (now > 0) {
+      counts_[p] = now;
+      order_.insert({-now, p});
+    } else if (it != counts_.end()) {
+      counts_.erase(it);
+    }
+  }
+  bool empty() const { return order_.empty(); }
+  Pair best() const { return order_.begin()->second; }
+  int64_t best_count() const { return -order_.begin()->first; }
+
+ private:
+  std::map<Pair, int64_t> counts_;
+  std::set<std::pair<int64_t, Pair>> order_;
+};
+
+}  // namespace
+
 TrainedBpe train_bpe(const std::vector<std::string>& texts, const BpeTrainOptions& opts) {
-  const Regex re(kQwen2SplitPattern);
+  const Regex re(opts.split_pattern);
   std::map<std::string, int64_t> counts;  // ordered: deterministic
   for (const auto& t : texts) {
     for (auto [b, e] : re.find_all(t)) ++counts[t.substr(b, e - b)];
   }
   TrainedBpe out;
   out.special_tokens = opts.special_tokens;
+  out.split_pattern = opts.split_pattern;
   const auto& b2u = byte_to_unicode();
   for (int i = 0; i < 256; ++i) out.vocab.push_back(b2u[i]);
   std::vector<std::vector<int32_t>> words;
@@ -34,23 +70,31 @@ TrainedBpe train_bpe(const std::vector<std::string>& texts, const BpeTrainOption
     words.push_back(std::move(syms));
     freq.push_back(n);
   }
+  // Every adjacent pair counted once per occurrence, weighted by its word's frequency, and the
+  // words each pair occurs in (a merge re-counts only those).
+  PairCounts pairs;
+  std::map<Pair, std::set<size_t>> where;
+  auto count_word = [&](size_t w, int64_t sign) {
+    const auto& syms = words[w];
+    for (size_t i = 0; i + 1 < syms.size(); ++i) {
+      const Pair p{syms[i], syms[i + 1]};
+      pairs.add(p, sign * freq[w]);
+      if (sign > 0) where[p].insert(w);
+    }
+  };
+  for (size_t w = 0; w < words.size(); ++w) count_word(w, +1);
   const int64_t target = opts.vocab_size - static_cast<int64_t>(opts.special_tokens.size());
-  while (static_cast<int64_t>(out.vocab.size()) < target) {
-    std::map<std::pair<int32_t, int32_t>, int64_t> pairs;
-    for (size_t w = 0; w < words.size(); ++w)
-      for (size_t i = 0; i + 1 < words[w].size(); ++i) pairs[{words[w][i], words[w][i + 1]}] += freq[w];
-    std::pair<int32_t, int32_t> best{-1, -1};
-    int64_t best_n = 0;
-    for (const auto& [p, n] : pairs)
-      if (n > best_n) {
-        best = p;
-        best_n = n;
-      }
-    if (best_n < std::max<int64_t>(opts.min_frequency, 1)) break;
+  while (static_cast<int64_t>(out.vocab.size()) < target && !pairs.empty()) {
+    const Pair best = pairs.best();
+    if (pairs.best_count() < std::max<int64_t>(opts.min_frequency, 1)) break;
     const auto id = static_cast<int32_t>(out.vocab.size());
     out.merges.emplace_back(out.vocab[best.first], out.vocab[best.second]);
     out.vocab.push_back(out.vocab[best.first] + out.vocab[best.second]);
-    for (auto& syms : words) {
+    const std::set<size_t> holders = std::move(where[best]);
+    where.erase(best);
+    for (size_t w : holders) {
+      auto& syms = words[w];
+      count_word(w, -1);
       std::vector<int32_t> next;
       next.reserve(syms.size());
       for (size_t i = 0; i < syms.size(); ++i) {
@@ -62,6 +106,7 @@ TrainedBpe train_bpe(const std::vector<std::string>& texts, const BpeTrainOption
         }
       }
       syms = std::move(next);
+      count_word(w, +1);  // `where` may keep stale holders of vanished pairs: merging them is a no-op
     }
   }
   return out;
@@ -88,7 +133,7 @@ std::string TrainedBpe::tokenizer_json() const {
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers", json::array({{{"type", "Split"},
-                                        {"pattern", {{"Regex", kQwen2SplitPattern}}},
+                                        {"pattern", {{"Regex", split_pattern}}},
                                         {"behavior", "Isolated"},
                                         {"invert", false}},
                                        byte_level})}}},

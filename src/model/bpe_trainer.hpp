@@ -7,13 +7,19 @@
 
 namespace leap::model {
 
-/// The Qwen2 pre-tokenizer split pattern.
+/// The Qwen2 pre-tokenizer split pattern (words, single digits, punctuation runs, whitespace).
 extern const char* const kQwen2SplitPattern;
+/// A split pattern of whole lines: each line with its newline (or the text after the last
+/// newline) is one pre-token, so BPE may merge a whole source line into one id. For models trained
+/// from scratch on a narrow family (the generated tasks, docs/generator.md): a copied line is then
+/// a few ids instead of one per digit and punctuation mark.
+extern const char* const kLineSplitPattern;
 
 /// Options for train_bpe.
 struct BpeTrainOptions {
   int64_t vocab_size = 1024;  ///< total ids including the 256 byte tokens and the special tokens
   int64_t min_frequency = 2;  ///< a pair seen fewer times is never merged
+  std::string split_pattern = kQwen2SplitPattern;  ///< the pre-tokenizer regex (PCRE2), written to tokenizer.json
   std::vector<std::string> special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 };
 
@@ -23,15 +29,19 @@ struct TrainedBpe {
   std::vector<std::string> vocab;
   std::vector<std::pair<std::string, std::string>> merges;
   std::vector<std::string> special_tokens;
-  /// Qwen2-style tokenizer.json: NFC, Split(Qwen2 regex, Isolated) + ByteLevel, BPE, ByteLevel
+  std::string split_pattern = kQwen2SplitPattern;  ///< the pre-tokenizer regex it was trained with
+  /// Qwen2-style tokenizer.json: NFC, Split(split_pattern, Isolated) + ByteLevel, BPE, ByteLevel
   /// decoder, specials as added tokens.
   std::string tokenizer_json() const;
   int64_t size() const { return static_cast<int64_t>(vocab.size() + special_tokens.size()); }
 };
 
-/// Counts the words of `texts` (split with the Qwen2 regex), then starting from the 256 bytes
+/// Counts the words of `texts` (split with opts.split_pattern), then starting from the 256 bytes
 /// repeatedly merges the most frequent adjacent pair (ties: the smaller pair of ids) until the
-/// vocabulary reaches opts.vocab_size or no pair reaches min_frequency. Deterministic.
+/// vocabulary reaches opts.vocab_size or no pair reaches min_frequency. Deterministic. Pair counts
+/// are kept up to date incrementally (only the words holding the merged pair are re-counted), so
+/// a corpus of thousands of distinct long words trains in seconds. Throws leap::ModelError for a
+/// split pattern PCRE2 rejects.
 TrainedBpe train_bpe(const std::vector<std::string>& texts, const BpeTrainOptions& opts);
 
 /// The text of every task.yaml and solutions/*.md under `dir` (recursively), sorted by path;

@@ -35,7 +35,7 @@ const char* const kChatTemplate =
 }  // namespace
 
 TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::filesystem::path& corpus_dir,
-                              const std::string& preset, uint64_t seed) {
+                              const std::string& preset, uint64_t seed, const TinyTokenizerOptions& tok) {
   struct Dims {
     int64_t hidden, layers, heads, kv_heads, mlp, vocab;
     const char* dtype;
@@ -45,15 +45,22 @@ TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::files
     d = Dims{1536, 28, 12, 2, 8960, 151936, "bfloat16"};
   else if (preset != "tiny")
     throw ModelError("unknown model preset '" + preset + "' (supported: tiny, qwen2.5-1.5b-shape)");
+  const bool lines = tok.pretokenizer == "lines";
+  if (!lines && tok.pretokenizer != "words")
+    throw ModelError("unknown pretokenizer '" + tok.pretokenizer + "' (supported: words, lines)");
+  const int64_t vocab = tok.vocab_size > 0 ? tok.vocab_size : (lines ? 4096 : 1024);
+  if (vocab < 512 || vocab > 65536)
+    throw ModelError("tokenizer vocab_size " + std::to_string(vocab) + " is outside [512, 65536]");
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
   if (ec) throw ModelError("cannot create " + out.string() + ": " + ec.message());
   TinyModelInfo info;
-  auto texts = read_task_corpus(corpus_dir);
+  auto texts = tok.corpus.empty() ? read_task_corpus(corpus_dir) : tok.corpus;
   info.corpus_documents = static_cast<int64_t>(texts.size());
   if (texts.empty()) texts.assign(std::begin(kBuiltinCorpus), std::end(kBuiltinCorpus));
   BpeTrainOptions bo;
-  bo.vocab_size = 1024;
+  bo.vocab_size = vocab;
+  if (lines) bo.split_pattern = kLineSplitPattern;
   const TrainedBpe bpe = train_bpe(texts, bo);
   const int64_t V = bpe.size();
   info.vocab_size = V;
