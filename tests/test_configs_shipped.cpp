@@ -63,7 +63,7 @@ TEST_CASE("configs: the generated-family arms differ from configs/generated/mt_d
   CHECK(leap.reward.kind == "rank");
   CHECK(leap.turns.max == 2);
   CHECK(leap.tasks.eval_split == "eval");  // held-out programs
-  CHECK(leap.model.path == "models/ewred-sft");
+  CHECK(leap.model.path == "models/ewred_lines-sft");
   struct Arm {
     const char* file;
     void (*undo)(Experiment&, const Experiment&);
