@@ -11,14 +11,14 @@ namespace leap::model {
 struct TinyModelInfo {
   int64_t vocab_size = 0;       ///< tokenizer ids == embedding rows
   int64_t num_parameters = 0;
-  int64_t corpus_documents = 0; ///< documents the tokenizer was trained on: files and extra texts (0 = built-in text)
+  int64_t corpus_documents = 0; ///< documents the tokenizer was trained on: files, or TinyTokenizerOptions::corpus texts (0 = built-in text)
 };
 
 /// How init_tiny_model trains the tokenizer.
 struct TinyTokenizerOptions {
   /// "words": the Qwen2 split pattern (words, single digits, punctuation runs). "lines":
   /// kLineSplitPattern (a line is one pre-token, so a frequent source line becomes one or a few
-  /// ids; docs/generator.md "Line tokenizer").
+  /// ids; docs/model.md, docs/generator.md "The line tokenizer").
   std::string pretokenizer = "words";
   int64_t vocab_size = 0;  ///< total ids with the 3 special tokens; 0 = 1024 (words) or 4096 (lines)
   /// When not empty, the corpus itself (the CLI passes, for `lines`, the train split's rendered
@@ -38,7 +38,7 @@ inline const char* const kTinyPretokenizers[] = {"words", "lines"};
 /// heads, MLP 8960, 151936 embedding rows, tied), random weights stored in bf16 (about 3 GB):
 /// for speed and memory figures at that size (scripts/gpu-check.sh), never for quality; the
 /// tokenizer is the small one, so only its 1024 ids are ever produced.
-/// `tok` chooses the tokenizer's pre-tokenizer, size and extra corpus (defaults: as above).
+/// `tok` chooses the tokenizer's pre-tokenizer, size and corpus (defaults: as above).
 /// Throws leap::ModelError for an unknown preset or pretokenizer, a vocab_size outside
 /// [512, 65536], or an unwritable folder.
 /// The presets init_tiny_model knows, in the order `leap model init --help` lists them.
