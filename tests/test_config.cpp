@@ -124,6 +124,11 @@ TEST_CASE("config: an out-of-range value is refused with the allowed range") {
   CHECK(contains(error_of("train: {sft: {twin_solutions: -1}}"), "out of range"));
   CHECK(contains(error_of("train: {sft: {copy_tokens: 0}}"), "out of range"));
   CHECK(contains(error_of("train: {sft: {copy_steps: -1}}"), "out of range"));
+  CHECK(contains(error_of("train: {sft: {teacher_error: 1.5, mutant_kinds: [literal]}}"), "out of range"));
+  const std::string teacher = error_of("train:\n  sft: {teacher_error: 0.7}\n");
+  CHECK(contains(teacher, "'train.sft.teacher_error'"));
+  CHECK(contains(teacher, "needs train.sft.mutant_kinds"));
+  CHECK(contains(teacher, "exp.yaml:2"));
   CHECK(contains(error_of("rollout: {top_p: 0}"), "in (0, 1]"));
   CHECK(contains(error_of("reward: {kind: rnak}"), "'rnak' is not allowed: expected one of rank, binary, speedup, kernelgym"));
   std::string item = error_of("tasks:\n  levels: [1, 9]\n");

@@ -92,6 +92,70 @@ TEST_CASE("mutants: each edit kind, in source order; loop headers, subscripts an
   CHECK(rl::solution_mutants("```cpp\nint main() { return 0; }\n```\n").empty());  // nothing to edit
 }
 
+TEST_CASE("mutants: systematic_twin applies every edit of the listed kinds at once, nothing else") {
+  const std::string head = "Prose with a + b > c.\n\n```cpp\n";
+  const std::string tail = "```\n\n```yaml\nlaunches:\n  - {kernel: f, grid: [1], block: [1], args: [x]}\n```\n";
+  const std::string code =
+      "extern \"C\" void f(const float* x, float* y, int64_t n) {\n"
+      "    for (int i = 0; i < n; ++i) {\n"
+      "        float v = x[i + 1];  // a > b\n"
+      "        v = v > 0.0f ? v : v * 0.5f;\n"
+      "        v = 1.0f / (1.0f + std::exp(-v));\n"
+      "        acc = v > acc ? v : acc;\n"
+      "        y[i] = v + 2.0f;\n"
+      "    }\n"
+      "}\n";
+  const std::string solution = head + code + tail;
+  // Written by hand: each line's sites of the kind, all edited; loop header, subscripts, comments,
+  // prose and launch plan untouched.
+  const std::string comparisons = head +
+      "extern \"C\" void f(const float* x, float* y, int64_t n) {\n"
+      "    for (int i = 0; i < n; ++i) {\n"
+      "        float v = x[i + 1];  // a > b\n"
+      "        v = v < 0.0f ? v : v * 0.5f;\n"
+      "        v = 1.0f / (1.0f + std::exp(-v));\n"
+      "        acc = v < acc ? v : acc;\n"
+      "        y[i] = v + 2.0f;\n"
+      "    }\n"
+      "}\n" + tail;
+  CHECK(rl::systematic_twin(solution, {"comparison"}) == comparisons);
+  const std::string arithmetic_literal = head +
+      "extern \"C\" void f(const float* x, float* y, int64_t n) {\n"
+      "    for (int i = 0; i < n; ++i) {\n"
+      "        float v = x[i + 1];  // a > b\n"
+      "        v = v > 0.0f ? v : v / 1.0f;\n"
+      "        v = 2.0f * (2.0f - std::exp(-v));\n"
+      "        acc = v > acc ? v : acc;\n"
+      "        y[i] = v - 4.0f;\n"
+      "    }\n"
+      "}\n" + tail;
+  CHECK(rl::systematic_twin(solution, {"arithmetic", "literal"}) == arithmetic_literal);
+  const std::string function = head +
+      "extern \"C\" void f(const float* x, float* y, int64_t n) {\n"
+      "    for (int i = 0; i < n; ++i) {\n"
+      "        float v = x[i + 1];  // a > b\n"
+      "        v = v > 0.0f ? v : v * 0.5f;\n"
+      "        v = 1.0f / (1.0f + std::expm1(-v));\n"
+      "        acc = v > acc ? v : acc;\n"
+      "        y[i] = v + 2.0f;\n"
+      "    }\n"
+      "}\n" + tail;
+  CHECK(rl::systematic_twin(solution, {"function"}) == function);
+  // Each one-edit mutant of a kind is one of the systematic twin's edits: applying all of them one
+  // by one gives the twin (every site of the kind is in a different place).
+  std::string by_one = solution;
+  for (const auto& m : rl::solution_mutants(solution))
+    if (m.kind == std::string("comparison")) {
+      size_t at = 0;
+      while (at < solution.size() && solution[at] == m.text[at]) ++at;  // the edit's place in the text
+      by_one.replace(at, 1, m.text.substr(at, 1));
+    }
+  CHECK(by_one == comparisons);
+  CHECK(rl::systematic_twin(solution, {"compound"}) == solution);  // no site of the kind
+  CHECK(rl::systematic_twin(solution, {}) == solution);
+  CHECK(rl::systematic_twin("no code block > here", {"comparison"}) == "no code block > here");
+}
+
 TEST_CASE("mutants: the config key train.sft.mutant_kinds allows exactly the kinds mutants carry") {
   const auto* field = config::find_field("train.sft.mutant_kinds");
   REQUIRE(field != nullptr);

@@ -264,6 +264,63 @@ TEST_CASE("sft pool: mutant_kinds keeps only mutants of the listed kinds as twin
   CHECK(none.calls.empty());
 }
 
+TEST_CASE("sft pool: teacher_error gives each solution with a site its systematic twin, drawn with that probability") {
+  Setup s;
+  const std::string relu = s.solution(0), gelu = s.solution(1);
+  s.exp.train.sft.mutant_kinds = {"function"};  // gelu_tanh has a tanh; relu has no function call
+  REQUIRE(rl::systematic_twin(relu, {"function"}) == relu);
+  const std::string gelu_twin = rl::systematic_twin(gelu, {"function"});
+  REQUIRE(gelu_twin != gelu);
+  REQUIRE(gelu_twin.find("sinh") != std::string::npos);
+  s.exp.train.sft.teacher_error = 0.7;
+  FixedGrader grader;
+  auto pool = s.pool(grader);
+  CHECK(grader.calls.empty());  // the teacher's twins are not graded
+  CHECK(pool.teacher_errors == 1);
+  REQUIRE(pool.samples.size() == 2);  // drawn instead of the solution, not added
+  REQUIRE(pool.teacher_twins.size() == 2);
+  CHECK(pool.teacher_twins[0].empty());
+  const auto gelu_ids = s.policy->encode_completion(gelu), twin_ids = s.policy->encode_completion(gelu_twin);
+  CHECK(pool.samples[1].completion_ids == gelu_ids);
+  CHECK(pool.teacher_twins[1] == twin_ids);
+
+  // Over 4000 draws the twin comes with probability 0.7 (4 standard errors: 0.029); relu never changes.
+  std::mt19937_64 rng(5);
+  int twins = 0;
+  const int n = 4000;
+  for (int k = 0; k < n; ++k) {
+    const auto r = rl::teacher_sample(pool, 0, 0.7, rng);
+    CHECK(r.completion_ids == s.policy->encode_completion(relu));
+    const auto g = rl::teacher_sample(pool, 1, 0.7, rng);
+    CHECK(g.prompt_ids == pool.samples[1].prompt_ids);
+    const bool twin = g.completion_ids == twin_ids;
+    CHECK((twin || g.completion_ids == gelu_ids));
+    twins += twin ? 1 : 0;
+  }
+  CHECK(std::abs(twins / double(n) - 0.7) < 0.029);
+  for (int k = 0; k < 50; ++k) CHECK(rl::teacher_sample(pool, 1, 0.0, rng).completion_ids == gelu_ids);
+  for (int k = 0; k < 50; ++k) CHECK(rl::teacher_sample(pool, 1, 1.0, rng).completion_ids == twin_ids);
+  CHECK_THROWS(rl::teacher_sample(pool, 2, 0.7, rng));
+
+  // Off: no twins. Second-turn examples keep the correct solution as their target and have no twin.
+  s.exp.train.sft.teacher_error = 0.0;
+  CHECK(s.pool(grader).teacher_errors == 0);
+  s.exp.train.sft.teacher_error = 1.0;
+  s.exp.train.sft.mutant_kinds = {"comparison", "function"};  // relu's '>' and gelu_tanh's tanh
+  s.exp.train.sft.second_turn = 1;
+  FixedGrader g2;
+  pool = s.pool(g2);
+  CHECK(pool.teacher_errors == 2);
+  CHECK(pool.second_turn == 2);
+  REQUIRE(pool.samples.size() == 4);
+  REQUIRE(pool.teacher_twins.size() == 4);
+  CHECK(pool.teacher_twins[0] == s.policy->encode_completion(rl::systematic_twin(relu, {"comparison"})));
+  CHECK(pool.teacher_twins[2].empty());
+  CHECK(pool.teacher_twins[3].empty());
+  CHECK(pool.samples[2].completion_ids == s.policy->encode_completion(relu));
+  CHECK(pool.samples[3].completion_ids == gelu_ids);
+}
+
 TEST_CASE("sft_lr: constant, or cosine from lr at step 1 to 0 at the last step") {
   config::SftConfig c;
   c.lr = 0.004;

@@ -167,6 +167,11 @@ struct SftConfig {
   /// function, literal) become twins; empty = every kind. One kind gives the warm start one
   /// systematic mistake across programs (docs/results.md).
   std::vector<std::string> mutant_kinds;
+  /// A teacher with a systematic mistake: each time a shipped solution that has an edit site of
+  /// `mutant_kinds` is drawn into a supervised batch, with this probability its target is
+  /// rl::systematic_twin (every such edit applied) instead; second-turn targets stay correct.
+  /// 0 = off; needs `mutant_kinds`. In [0, 1].
+  double teacher_error = 0.0;
   /// Learning rate over the supervised steps: constant, or cosine from `lr` to 0 at `steps`.
   std::string schedule = "constant";
   /// Induction warm-up: before the supervised steps, this many steps on copy examples (a train

@@ -245,6 +245,9 @@ void validate_at(const Experiment& e, const std::function<Where(const std::strin
   if (e.eval.fast_p.empty()) fail(locate("eval.fast_p"), "eval.fast_p", "needs at least one threshold");
   std::set<std::string> keys(e.reward.rank_keys.begin(), e.reward.rank_keys.end());
   if (keys.size() != e.reward.rank_keys.size()) fail(locate("reward.rank_keys"), "reward.rank_keys", "lists a key twice");
+  if (e.train.sft.teacher_error > 0 && e.train.sft.mutant_kinds.empty())
+    fail(locate("train.sft.teacher_error"), "train.sft.teacher_error",
+         "needs train.sft.mutant_kinds: the kinds of edit the teacher always makes");
   if (e.model.path.empty()) fail(locate("model.path"), "model.path", "must name a checkpoint folder");
   if (e.tasks.dir.empty()) fail(locate("tasks.dir"), "tasks.dir", "must name a task-set folder");
 }

@@ -238,6 +238,11 @@ std::vector<Field> build() {
   s.push_back(E("train.sft.mutant_kinds", {"arithmetic", "compound", "comparison", "function", "literal"},
                 member(&E_::train, &TrainConfig::sft, &SftConfig::mutant_kinds),
                 "only mutants of these edit kinds become wrong twins (empty = every kind)", FT::EnumList));
+  s.push_back(F("train.sft.teacher_error", FT::Double,
+                member(&E_::train, &TrainConfig::sft, &SftConfig::teacher_error),
+                "a teacher with a systematic mistake: a solution with a site of mutant_kinds is drawn with every such "
+                "edit applied with this probability (0 = off)",
+                0, 1));
   s.push_back(E("train.sft.schedule", {"constant", "cosine"},
                 member(&E_::train, &TrainConfig::sft, &SftConfig::schedule),
                 "supervised learning rate over the steps: constant, or cosine from lr to 0 at the last step"));

@@ -68,23 +68,24 @@ const char* operator_kind(std::string_view from) {
   return from[1] == '<' || from[1] == '>' ? "comparison" : "arithmetic";
 }
 
-/// Mutants of one code line, in column order: `text` is the edited line, `edit` the change
-/// without its line number ("'>' -> '<'").
-std::vector<Mutant> line_mutants(const std::string& line) {
-  std::vector<Mutant> out;
+/// One editable place of a code line: `from` at column `col` becomes `to`.
+struct Site {
+  size_t col;
+  std::string from, to;
+  const char* kind;
+};
+
+/// Every editable place of one code line, in column order (nothing for comments, preprocessor
+/// lines, `extern` declarations and blank lines).
+std::vector<Site> line_sites(const std::string& line) {
+  std::vector<Site> sites;
   const size_t first = line.find_first_not_of(" \t");
-  if (first == std::string::npos) return out;
+  if (first == std::string::npos) return sites;
   const std::string_view body(line.c_str() + first);
   if (body.rfind("//", 0) == 0 || body.rfind("#", 0) == 0 || body.rfind("extern", 0) == 0 || body.rfind("/*", 0) == 0 ||
       body.rfind("*", 0) == 0)
-    return out;
+    return sites;
   const auto keep = protected_mask(line);
-  struct Site {
-    size_t col;
-    std::string from, to;
-    const char* kind;
-  };
-  std::vector<Site> sites;
 
   // Operators written with a space on each side (so `x[i+1]`, `++i`, `float* p` are not matched).
   static const std::pair<const char*, const char*> ops[] = {
@@ -135,7 +136,14 @@ std::vector<Mutant> line_mutants(const std::string& line) {
     p = e;
   }
   std::stable_sort(sites.begin(), sites.end(), [](const Site& a, const Site& b) { return a.col < b.col; });
-  for (const auto& site : sites) {
+  return sites;
+}
+
+/// Mutants of one code line, in column order: `text` is the edited line, `edit` the change
+/// without its line number ("'>' -> '<'").
+std::vector<Mutant> line_mutants(const std::string& line) {
+  std::vector<Mutant> out;
+  for (const auto& site : line_sites(line)) {
     std::string m = line;
     m.replace(site.col, site.from.size(), site.to);
     auto trim = [](std::string s) {
@@ -147,30 +155,60 @@ std::vector<Mutant> line_mutants(const std::string& line) {
   return out;
 }
 
-}  // namespace
-
-std::vector<Mutant> solution_mutants(const std::string& solution) {
-  std::vector<Mutant> out;
+/// Calls `fn(line_start, line_end, line_no)` for each line of the first ```cpp or ```cuda block of
+/// `solution` (offsets into `solution`, line numbers 1-based within the block); nothing when there
+/// is no such block.
+template <typename Fn>
+void for_each_code_line(const std::string& solution, Fn&& fn) {
   size_t open = std::string::npos;
   for (const char* fence : {"```cpp\n", "```cuda\n"}) {
     const size_t p = solution.find(fence);
     if (p != std::string::npos && (open == std::string::npos || p < open)) open = p + std::string_view(fence).size();
   }
-  if (open == std::string::npos) return out;
+  if (open == std::string::npos) return;
   const size_t close = solution.find("\n```", open - 1);
-  if (close == std::string::npos || close < open) return out;
+  if (close == std::string::npos || close < open) return;
   size_t line_start = open;
   for (int line_no = 1; line_start <= close; ++line_no) {
     size_t line_end = solution.find('\n', line_start);
     if (line_end == std::string::npos || line_end > close) line_end = close;
+    fn(line_start, line_end, line_no);
+    line_start = line_end + 1;
+  }
+}
+
+}  // namespace
+
+std::vector<Mutant> solution_mutants(const std::string& solution) {
+  std::vector<Mutant> out;
+  for_each_code_line(solution, [&](size_t line_start, size_t line_end, int line_no) {
     const std::string line = solution.substr(line_start, line_end - line_start);
     for (auto& m : line_mutants(line)) {
       m.text = solution.substr(0, line_start) + m.text + solution.substr(line_end);
       m.edit = fmt::format("line {}: {}", line_no, m.edit);
       out.push_back(std::move(m));
     }
-    line_start = line_end + 1;
-  }
+  });
+  return out;
+}
+
+std::string systematic_twin(const std::string& solution, const std::vector<std::string>& kinds) {
+  std::string out;
+  size_t copied = 0;  // solution[0, copied) is in `out`
+  for_each_code_line(solution, [&](size_t line_start, size_t line_end, int) {
+    std::string line = solution.substr(line_start, line_end - line_start);
+    const auto sites = line_sites(line);
+    size_t right = line.size();  // sites are applied right to left; one that would overlap the last applied is skipped
+    for (auto it = sites.rbegin(); it != sites.rend(); ++it) {
+      if (std::find(kinds.begin(), kinds.end(), it->kind) == kinds.end() || it->col + it->from.size() > right) continue;
+      line.replace(it->col, it->from.size(), it->to);
+      right = it->col;
+    }
+    out += solution.substr(copied, line_start - copied);
+    out += line;
+    copied = line_end;
+  });
+  out += solution.substr(copied);
   return out;
 }
 

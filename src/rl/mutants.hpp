@@ -31,4 +31,12 @@ inline constexpr const char* kMutantKinds[] = {"arithmetic", "compound", "compar
 /// Mutants are candidates: whether one is wrong is for the environment to say.
 std::vector<Mutant> solution_mutants(const std::string& solution);
 
+/// `solution` with every edit of the listed kinds (Mutant::kind values) applied at once, at every
+/// site solution_mutants would edit one at a time: the answer of a teacher whose mistake is
+/// systematic, the same wrong line wherever the same line occurs (`train.sft.teacher_error`,
+/// docs/training.md). Within a line the edits are applied right to left, and one that would
+/// overlap an edit already applied is skipped. Returns `solution` unchanged when it has no site
+/// of these kinds or no code block. Like a mutant it is a candidate: it may compute the same thing.
+std::string systematic_twin(const std::string& solution, const std::vector<std::string>& kinds);
+
 }  // namespace leap::rl

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "env/task_runtime.hpp"
@@ -142,6 +143,18 @@ SftPool build_sft_pool(SftContext& c) {
     pool.samples.push_back(std::move(s));
   }
   pool.solutions = pool.samples.size();
+  pool.teacher_twins.resize(pool.samples.size());
+  if (sft.teacher_error > 0) {  // a teacher with a systematic mistake: each solution's twin, drawn per batch
+    for (size_t i = 0; i < solutions.size(); ++i) {
+      const std::string twin = systematic_twin(solutions[i], sft.mutant_kinds);
+      if (twin == solutions[i]) continue;
+      pool.teacher_twins[i] = c.policy.encode_completion(twin);
+      ++pool.teacher_errors;
+    }
+    spdlog::info("sft: {} of {} solutions have a site of the teacher's systematic mistake ({}); each draw of one is "
+                 "that twin with probability {}",
+                 pool.teacher_errors, solutions.size(), fmt::join(sft.mutant_kinds, ", "), sft.teacher_error);
+  }
   const int64_t need = std::max(sft.mutants, sft.second_turn);
   if (solutions.empty() || need <= 0) return pool;
   const auto twins = wrong_twins(c, tasks_of, solutions, need, pool.graded);
@@ -169,11 +182,20 @@ SftPool build_sft_pool(SftContext& c) {
       pool.twins += fmt::format("{}{}: {} ({})", pool.twins.empty() ? "" : "; ", tw.task->spec().name, tw.mutant.edit,
                                 verdict);
     }
+  pool.teacher_twins.resize(pool.samples.size());
   spdlog::info("sft: {} wrong twins of {} solutions ({} mutants graded): {} as turn-1 targets, {} as second-turn "
                "contexts{}{}",
                chosen, solutions.size(),
                pool.graded, pool.wrong_twins, pool.second_turn, pool.twins.empty() ? "" : ": ", pool.twins);
   return pool;
+}
+
+TrainSample teacher_sample(const SftPool& pool, size_t i, double teacher_error, std::mt19937_64& rng) {
+  TrainSample s = pool.samples.at(i);
+  if (teacher_error > 0 && i < pool.teacher_twins.size() && !pool.teacher_twins[i].empty() &&
+      std::uniform_real_distribution<double>(0.0, 1.0)(rng) < teacher_error)
+    s.completion_ids = pool.teacher_twins[i];
+  return s;
 }
 
 double sft_lr(const config::SftConfig& sft, int64_t step) {
@@ -288,7 +310,7 @@ void run_sft(SftContext& c) {
             std::shuffle(order.begin(), order.end(), rng);
             pos = 0;
           }
-          batch.push_back(pool[order[pos++]]);
+          batch.push_back(teacher_sample(built, order[pos++], sft.teacher_error, rng));
         }
         return batch;
       },
@@ -296,6 +318,9 @@ void run_sft(SftContext& c) {
   std::string what = fmt::format("{} solutions", built.solutions);
   if (built.wrong_twins > 0) what += fmt::format(" + {} wrong twins", built.wrong_twins);
   if (built.second_turn > 0) what += fmt::format(" + {} second-turn examples", built.second_turn);
+  if (built.teacher_errors > 0)
+    what += fmt::format(" ({} solutions drawn as the teacher's systematic twin ({}) with probability {})",
+                        built.teacher_errors, fmt::join(sft.mutant_kinds, ", "), sft.teacher_error);
   spdlog::info("sft: {} steps on {}, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", st.steps, what, st.first, st.last,
                st.seconds);
   if (c.db)

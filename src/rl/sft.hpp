@@ -52,6 +52,10 @@ struct SftPool {
   size_t solutions = 0;    ///< shipped solutions (the first `solutions` samples)
   size_t wrong_twins = 0;  ///< samples whose target is a wrong twin (train.sft.mutants)
   size_t second_turn = 0;  ///< second-turn examples (train.sft.second_turn)
+  /// Per sample (same index): the completion ids of its systematic twin (train.sft.teacher_error,
+  /// rl/mutants.hpp systematic_twin), empty for samples without one (every one but solutions).
+  std::vector<std::vector<int64_t>> teacher_twins;
+  size_t teacher_errors = 0;  ///< solutions with a systematic twin (non-empty teacher_twins)
   size_t graded = 0;       ///< mutants the environment graded to choose the twins
   std::string twins;       ///< "task: line L: 'a' -> 'b' (verdict); ..." of every chosen twin
 };
@@ -68,9 +72,18 @@ struct SftPool {
 /// environment's feedback on it, its speedup) (rl/prompts.hpp, the context the rollout engine
 /// builds for turn 2 after that answer), target = the correct solution. With
 /// train.sft.twin_solutions = m > 0, only m solutions (a seeded sample) get twins, so at most 8m
-/// mutants are graded whatever the set's size. Throws what the
-/// tokenizer and the grader throw.
+/// mutants are graded whatever the set's size. With train.sft.teacher_error > 0, every solution
+/// whose systematic_twin (rl/mutants.hpp; kinds train.sft.mutant_kinds) differs from it gets that
+/// twin in teacher_twins (not graded), for teacher_sample to draw. Throws what the tokenizer and
+/// the grader throw.
 SftPool build_sft_pool(SftContext& ctx);
+
+/// Sample `i` of `pool` as the teacher gives it on one draw: with probability `teacher_error` (one
+/// uniform draw from `rng`) its systematic twin's completion instead of its own, when it has one; a
+/// teacher that makes the same mistake on that fraction of its answers, whatever the program, so
+/// the policy cannot tell from the program which answer it will see. Throws std::out_of_range for
+/// an `i` outside the pool.
+TrainSample teacher_sample(const SftPool& pool, size_t i, double teacher_error, std::mt19937_64& rng);
 
 /// The supervised learning rate of SFT step `step` (1-based): train.sft.lr when the schedule is
 /// constant; for "cosine", lr * (1 + cos(pi * (step - 1) / (steps - 1))) / 2, so lr at step 1 and 0
