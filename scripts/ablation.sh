@@ -13,14 +13,14 @@
 #
 # Environment: SEEDS (default "0 1 2"), ARMS (default all four), OUT (default results/ablation:
 # the store OUT/leap.db, run folders, OUT/sft.db for the warm start), TARGET (eval Acc@1 for the
-# time-to-target column, default 0.5), SET (extra `--set` arguments for every arm, e.g.
+# time-to-target column, default 0.8), SET (extra `--set` arguments for every arm, e.g.
 # "--set train.steps=4"), LEAP (default build/leap), JOBS (arm runs at a time, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
 ARMS=${ARMS:-"st_grpo mt_binary mt_rank mt_dcp_rank"}
 OUT=${OUT:-results/ablation}
-TARGET=${TARGET:-0.5}
+TARGET=${TARGET:-0.8}
 SET=${SET:-}
 LEAP=${LEAP:-build/leap}
 TASKS=tasks/generated/ewred_lines
