@@ -403,10 +403,11 @@ TEST_CASE("env sandbox: a forged huge reply, shared memory and thread floods are
   Observed m = run_probe(dir, probe_code("#include <sys/mman.h>\n", shared), SandboxMode::auto_);
   CHECK(m.outcome.verdict == Verdict::runtime_error);
   CHECK(m.outcome.message.find("env.worker_memory_mb") != std::string::npos);
-  // 3000 sleeping threads: past the worker's thread limit (1024). Each thread of a worker costs
-  // about 0.5-1 MB of memory (its TLS copy is large), so 1024 of them pass a 512 MB memory limit
-  // first (seen in 3 of 5 runs on one host): this probe gets 4096 MB, so that only the thread
-  // limit can stop it, and stays alive after the flood so the pool's 50 ms watch sees the threads.
+  // 3000 sleeping threads: past the worker's thread limit (1024). A worker's thread with a 1 MB
+  // stack costs 0.5 MB of memory or more (a plain process: about 9 KB; the worker's large
+  // thread-local storage is the likely cause, not confirmed), so fewer than 1024 of them passed a
+  // 512 MB memory limit first (3 of 5 runs on one host): this probe gets 4096 MB, so that only the
+  // thread limit can stop it, and stays alive after the flood so the pool's 50 ms watch sees it.
   const std::string threads =
       "  static pthread_t t[3000]; for (int i = 0; i < 3000; ++i) { pthread_attr_t a; pthread_attr_init(&a);"
       " pthread_attr_setstacksize(&a, 1 << 20); if (pthread_create(&t[i], &a, [](void*) -> void* { sleep(60); return nullptr; }, nullptr) == 0) r0 += 1; }\n"
