@@ -276,7 +276,7 @@ TEST_CASE("sft pool: teacher_error gives each solution with a site its systemati
   FixedGrader grader;
   auto pool = s.pool(grader);
   CHECK(grader.calls.empty());  // the teacher's twins are not graded
-  CHECK(pool.teacher_errors == 1);
+  CHECK(pool.teacher_errors() == 1);
   REQUIRE(pool.samples.size() == 2);  // drawn instead of the solution, not added
   REQUIRE(pool.teacher_twins.size() == 2);
   CHECK(pool.teacher_twins[0].empty());
@@ -304,21 +304,23 @@ TEST_CASE("sft pool: teacher_error gives each solution with a site its systemati
 
   // Off: no twins. Second-turn examples keep the correct solution as their target and have no twin.
   s.exp.train.sft.teacher_error = 0.0;
-  CHECK(s.pool(grader).teacher_errors == 0);
+  CHECK(s.pool(grader).teacher_errors() == 0);
   s.exp.train.sft.teacher_error = 1.0;
   s.exp.train.sft.mutant_kinds = {"comparison", "function"};  // relu's '>' and gelu_tanh's tanh
   s.exp.train.sft.second_turn = 1;
   FixedGrader g2;
   pool = s.pool(g2);
-  CHECK(pool.teacher_errors == 2);
+  CHECK(pool.teacher_errors() == 2);
   CHECK(pool.second_turn == 2);
   REQUIRE(pool.samples.size() == 4);
-  REQUIRE(pool.teacher_twins.size() == 4);
+  REQUIRE(pool.teacher_twins.size() == 2);  // one entry per solution sample
   CHECK(pool.teacher_twins[0] == s.policy->encode_completion(rl::systematic_twin(relu, {"comparison"})));
-  CHECK(pool.teacher_twins[2].empty());
-  CHECK(pool.teacher_twins[3].empty());
   CHECK(pool.samples[2].completion_ids == s.policy->encode_completion(relu));
   CHECK(pool.samples[3].completion_ids == gelu_ids);
+  // Even at probability 1 a second-turn example is drawn with its correct target.
+  CHECK(rl::teacher_sample(pool, 2, 1.0, rng).completion_ids == s.policy->encode_completion(relu));
+  CHECK(rl::teacher_sample(pool, 3, 1.0, rng).completion_ids == gelu_ids);
+  CHECK(rl::teacher_sample(pool, 0, 1.0, rng).completion_ids == pool.teacher_twins[0]);
 }
 
 TEST_CASE("sft_lr: constant, or cosine from lr at step 1 to 0 at the last step") {

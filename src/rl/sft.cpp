@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -143,17 +144,15 @@ SftPool build_sft_pool(SftContext& c) {
     pool.samples.push_back(std::move(s));
   }
   pool.solutions = pool.samples.size();
-  pool.teacher_twins.resize(pool.samples.size());
   if (sft.teacher_error > 0) {  // a teacher with a systematic mistake: each solution's twin, drawn per batch
+    pool.teacher_twins.resize(solutions.size());
     for (size_t i = 0; i < solutions.size(); ++i) {
       const std::string twin = systematic_twin(solutions[i], sft.mutant_kinds);
-      if (twin == solutions[i]) continue;
-      pool.teacher_twins[i] = c.policy.encode_completion(twin);
-      ++pool.teacher_errors;
+      if (twin != solutions[i]) pool.teacher_twins[i] = c.policy.encode_completion(twin);
     }
     spdlog::info("sft: {} of {} solutions have a site of the teacher's systematic mistake ({}); each draw of one is "
                  "that twin with probability {}",
-                 pool.teacher_errors, solutions.size(), fmt::join(sft.mutant_kinds, ", "), sft.teacher_error);
+                 pool.teacher_errors(), solutions.size(), fmt::join(sft.mutant_kinds, ", "), sft.teacher_error);
   }
   const int64_t need = std::max(sft.mutants, sft.second_turn);
   if (solutions.empty() || need <= 0) return pool;
@@ -182,12 +181,16 @@ SftPool build_sft_pool(SftContext& c) {
       pool.twins += fmt::format("{}{}: {} ({})", pool.twins.empty() ? "" : "; ", tw.task->spec().name, tw.mutant.edit,
                                 verdict);
     }
-  pool.teacher_twins.resize(pool.samples.size());
   spdlog::info("sft: {} wrong twins of {} solutions ({} mutants graded): {} as turn-1 targets, {} as second-turn "
                "contexts{}{}",
                chosen, solutions.size(),
                pool.graded, pool.wrong_twins, pool.second_turn, pool.twins.empty() ? "" : ": ", pool.twins);
   return pool;
+}
+
+size_t SftPool::teacher_errors() const {
+  return static_cast<size_t>(
+      std::count_if(teacher_twins.begin(), teacher_twins.end(), [](const auto& ids) { return !ids.empty(); }));
 }
 
 TrainSample teacher_sample(const SftPool& pool, size_t i, double teacher_error, std::mt19937_64& rng) {
@@ -318,9 +321,9 @@ void run_sft(SftContext& c) {
   std::string what = fmt::format("{} solutions", built.solutions);
   if (built.wrong_twins > 0) what += fmt::format(" + {} wrong twins", built.wrong_twins);
   if (built.second_turn > 0) what += fmt::format(" + {} second-turn examples", built.second_turn);
-  if (built.teacher_errors > 0)
+  if (const size_t with_twin = built.teacher_errors(); with_twin > 0)
     what += fmt::format(" ({} solutions drawn as the teacher's systematic twin ({}) with probability {})",
-                        built.teacher_errors, fmt::join(sft.mutant_kinds, ", "), sft.teacher_error);
+                        with_twin, fmt::join(sft.mutant_kinds, ", "), sft.teacher_error);
   spdlog::info("sft: {} steps on {}, loss {:.3f} -> {:.3f} nats/token, {:.1f} s", st.steps, what, st.first, st.last,
                st.seconds);
   if (c.db)

@@ -52,10 +52,12 @@ struct SftPool {
   size_t solutions = 0;    ///< shipped solutions (the first `solutions` samples)
   size_t wrong_twins = 0;  ///< samples whose target is a wrong twin (train.sft.mutants)
   size_t second_turn = 0;  ///< second-turn examples (train.sft.second_turn)
-  /// Per sample (same index): the completion ids of its systematic twin (train.sft.teacher_error,
-  /// rl/mutants.hpp systematic_twin), empty for samples without one (every one but solutions).
+  /// Per solution sample (index i < `solutions`): the completion ids of its systematic twin
+  /// (train.sft.teacher_error, rl/mutants.hpp systematic_twin), empty when it has none; empty
+  /// vector when teacher_error is off. Later samples never have one.
   std::vector<std::vector<int64_t>> teacher_twins;
-  size_t teacher_errors = 0;  ///< solutions with a systematic twin (non-empty teacher_twins)
+  /// Solutions with a systematic twin (the non-empty entries of teacher_twins).
+  size_t teacher_errors() const;
   size_t graded = 0;       ///< mutants the environment graded to choose the twins
   std::string twins;       ///< "task: line L: 'a' -> 'b' (verdict); ..." of every chosen twin
 };
