@@ -62,6 +62,10 @@ class InjectingBackend : public CpuBackend {
     return CpuBackend::execute(a, p, t, r, cur);
   }
   std::string reference_device() const override { return f_->reference_mode.load() ? "fake:0" : ""; }
+  // Stands for a GPU backend, whose workers may reply infra_error (a cpu worker may not).
+  std::vector<Verdict> worker_verdicts() const override {
+    return {Verdict::correct, Verdict::launch_error, Verdict::runtime_error, Verdict::infra_error};
+  }
   RunOutcome time_reference(const ReferenceProgram&, const BoundPlan&, const std::vector<void*>&,
                             const RunRequest&) override {
     f_->reference_jobs.fetch_add(1);

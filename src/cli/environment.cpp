@@ -56,6 +56,10 @@ void set_cache_dir(Environment& out, const config::EnvConfig& e, const std::stri
     out.temp_cache = true;
   }
   std::filesystem::create_directories(out.cache_dir);
+  // Absolute: the pool passes a module to its workers as an open file, but every message and
+  // every process that reads the cache (a cuda worker sees the host tree from another cwd) needs
+  // a path that does not depend on the working folder.
+  out.cache_dir = std::filesystem::absolute(out.cache_dir).lexically_normal().string();
 }
 
 std::shared_ptr<env::Backend> make_cpu_backend(const config::EnvConfig& e, const std::string& cache_dir) {

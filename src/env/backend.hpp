@@ -135,6 +135,13 @@ class Backend {
   /// Asked inside a worker after each job's reply is sent: true if the process must exit (its
   /// device state is unusable, e.g. a poisoned CUDA context); the pool then starts a fresh one.
   virtual bool worker_must_exit() const { return false; }
+  /// The verdicts a worker of this backend can reply with. The pool refuses any other
+  /// (env/reply_check.hpp): a cpu worker runs the answer's host code in its own process, and that
+  /// code can write a reply of its own, so it must never buy an unscored `infra_error` or a
+  /// `timeout` (which only the pool decides). Default: correct, launch_error, runtime_error.
+  virtual std::vector<Verdict> worker_verdicts() const {
+    return {Verdict::correct, Verdict::launch_error, Verdict::runtime_error};
+  }
   /// The device a worker of this backend runs and times the reference on ("cuda:0"), or empty
   /// when the verifier times the reference itself on the CPU (the default).
   virtual std::string reference_device() const { return ""; }

@@ -119,6 +119,22 @@ std::set<std::string> list_exports(const fs::path& work, const std::string& so_n
   return out;
 }
 
+}  // namespace
+
+bool compile_failure_is_the_answers(const util::ProcessResult& r) {
+  if (r.ok() || r.timed_out || r.exec_failed || r.term_signal != 0 || r.exit_code <= 0) return false;
+  // The driver reports a killed or unstartable sub-process (cc1plus, as, ld) with a status of 1:
+  // an out-of-memory kill, fork failing at RLIMIT_NPROC (which uid-65534 processes share), a full
+  // disk. None of those says anything about the code.
+  for (const char* host : {"Killed signal", "terminated signal", "cannot execute", "Resource temporarily unavailable",
+                           "Cannot allocate memory", "virtual memory exhausted", "out of memory", "No space left",
+                           "internal compiler error", "vfork", "fork:", "posix_spawn"})
+    if (r.output.find(host) != std::string::npos) return false;
+  return r.output.find(": error:") != std::string::npos || r.output.find("undefined reference") != std::string::npos;
+}
+
+namespace {
+
 std::string default_cache_dir() {
   const char* tmp = std::getenv("TMPDIR");
   return std::string(tmp && *tmp ? tmp : "/tmp") + "/leap-cpu-cache-" + std::to_string(getuid());
@@ -244,7 +260,9 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
   }
   if (!r.ok()) {
     out.feedback = compile_feedback(out.log, options_.feedback_errors, options_.feedback_chars, header);
-    cache_->store_failed(key, out.log);
+    // Cached only when it is the code's own failure: a kill, an out-of-memory or a fork failure
+    // of the compiler is the host's, and the same answer compiled again may well build.
+    if (compile_failure_is_the_answers(r)) cache_->store_failed(key, out.log);
     return out;
   }
   auto names = list_exports(work, "module.so", options_.sandbox);

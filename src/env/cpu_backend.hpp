@@ -21,6 +21,7 @@
 #include "env/backend.hpp"
 #include "env/compile_cache.hpp"
 #include "env/sandbox.hpp"
+#include "util/subprocess.hpp"
 
 namespace leap::env {
 
@@ -41,6 +42,12 @@ struct CpuBackendOptions {
 
 /// Generated source of the trampolines for `signatures` (see the file comment).
 std::string cpu_trampoline_source(const std::vector<std::string>& signatures);
+
+/// True when a failed compile `result` is the answer's own (the compiler exited with a diagnostic
+/// about the code), false for the host's failures (the compiler or a sub-process killed, out of
+/// memory, a fork refused, a full disk, a time-out, an internal compiler error). Only the
+/// answer's own failures are kept in the compile cache (issue "Environment V").
+bool compile_failure_is_the_answers(const util::ProcessResult& result);
 
 /// Host-compiler backend with an on-disk compile cache (env/compile_cache.hpp) keyed by the
 /// SHA-256 of the source, the trampolines, the compiler, its flags and its `--version` text.

@@ -67,6 +67,11 @@ class CudaBackend : public Backend {
                      const RunRequest& request, std::atomic<int>* current_launch) override;
   /// True after a fault that poisoned this worker's CUDA context.
   bool worker_must_exit() const override { return poisoned_; }
+  /// A cuda worker runs no host code of the answer, and may reply infra_error (out of device
+  /// memory while it sets a job up, or in the GPU reference; docs/env.md "Infrastructure errors").
+  std::vector<Verdict> worker_verdicts() const override {
+    return {Verdict::correct, Verdict::launch_error, Verdict::runtime_error, Verdict::infra_error};
+  }
   /// "cuda:<device>" when there is a GPU (the reference is then run and timed on it inside a
   /// worker, see env/cuda_reference.hpp); empty in compile-only use (the verifier times the
   /// reference on the CPU).

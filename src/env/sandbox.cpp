@@ -325,7 +325,20 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(rt_sigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, me));
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(rt_tgsigqueueinfo), 1, SCMP_A0(SCMP_CMP_NE, me));
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(prlimit64), 1, SCMP_A0(SCMP_CMP_NE, 0));
+    // Priorities and scheduling of itself only: setpriority(PRIO_PROCESS, 0, n), and sched_set*
+    // of pid 0 (the calling thread). PRIO_USER / PRIO_PGRP would renice every process of the
+    // worker's uid (the spare workers that time the next answers, other answers' compilers), and
+    // a pid reaches them (there is no pid namespace): refused, as is reading another process's
+    // robust-futex list.
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1, SCMP_A1(SCMP_CMP_NE, 0));
+    if (rc == 0)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1,
+                            SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(PRIO_PROCESS)));
+    // (cpu workers only, like the rules below: the CUDA driver's own threads may set their
+    // affinity by thread id, and a cuda worker runs no host code of the answer)
+    for (int sys : {SCMP_SYS(sched_setaffinity), SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam),
+                    SCMP_SYS(sched_setattr), SCMP_SYS(get_robust_list)})
+      if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sys, 1, SCMP_A0(SCMP_CMP_NE, 0));
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(bind), 0);
   }

@@ -22,10 +22,12 @@
 #include <future>
 #include <sstream>
 #include <string>
+#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 
 #include "env/forker.hpp"
+#include "env/reply_check.hpp"
 #include "env/worker_backend.hpp"
 #include "env/worker_process.hpp"
 #include "env/zygote.hpp"
@@ -85,6 +87,10 @@ bool send_frame(int sock, const std::string& body, const std::vector<int>& attac
 }
 
 enum class Recv { ok, eof, timeout, error };
+
+// What a worker sends once a job's memory is mapped, before it loads any code of the answer; the
+// parent then reads the worker's CPU clock and answers with one byte ("go").
+constexpr const char* kMappedFrame = "{\"phase\":\"mapped\"}";
 
 // Waits for readability until `deadline` (none if `timed` is false).
 Recv wait_readable(int sock, bool timed, Clock::time_point deadline) {
@@ -184,6 +190,128 @@ Recv recv_frame(int sock, std::string& body, bool timed, Clock::time_point deadl
   if (len > max_len) return Recv::error;
   body.resize(len);
   return recv_exact(sock, body.data(), len, timed, deadline, nullptr);
+}
+
+// Reads one frame in pieces, as its bytes arrive, without blocking: the pool's watch (CPU time,
+// memory, threads, wall time) keeps running while a reply is read, so a worker that sends a
+// header and stalls is still watched, and the rest of its frame must follow within kFrameBodyS.
+class FrameReader {
+ public:
+  /// Reads what the socket holds now. ok: the frame is complete (body()); timeout: more is to
+  /// come; eof / error: the socket closed, or the frame is longer than `max_len`.
+  Recv step(int sock, uint64_t max_len) {
+    for (;;) {
+      char* p;
+      size_t want;
+      if (header_got_ < sizeof len_) {
+        p = reinterpret_cast<char*>(&len_) + header_got_;
+        want = sizeof len_ - header_got_;
+      } else {
+        if (body_got_ == body_.size()) return Recv::ok;
+        p = body_.data() + body_got_;
+        want = body_.size() - body_got_;
+      }
+      const ssize_t r = recv(sock, p, want, MSG_DONTWAIT);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return Recv::timeout;
+        return Recv::error;
+      }
+      if (r == 0) return Recv::eof;
+      if (header_got_ < sizeof len_) {
+        header_got_ += static_cast<size_t>(r);
+        if (header_got_ == sizeof len_) {
+          if (len_ > max_len) return Recv::error;
+          body_.resize(len_);
+        }
+      } else {
+        body_got_ += static_cast<size_t>(r);
+      }
+    }
+  }
+  bool started() const { return header_got_ > 0; }
+  std::string& body() { return body_; }
+  /// Bytes read so far and the frame's length (0 until its header is complete).
+  size_t bytes_read() const { return header_got_ + body_got_; }
+  uint64_t length() const { return header_got_ == sizeof len_ ? len_ : 0; }
+
+ private:
+  uint64_t len_ = 0;
+  size_t header_got_ = 0;
+  size_t body_got_ = 0;
+  std::string body_;
+};
+
+/// Seconds the rest of a frame may take once its first byte arrived.
+constexpr double kFrameBodyS = 5;
+
+/// What WorkerPool watches while it waits for a frame of a worker.
+struct WatchLimits {
+  double limit_s = 0;           ///< CPU seconds (cpu_time) or wall seconds; <= 0: none
+  bool cpu_time = false;        ///< limit_s counts the worker's CPU time
+  int64_t memory_limit = 0;     ///< bytes of the worker's own memory; 0: none
+  int64_t max_threads = 0;      ///< with memory_limit
+  int64_t tensor_bytes = 0;     ///< the job's shared tensors (not the worker's own memory)
+};
+
+/// How a wait for a frame ended.
+struct Watched {
+  Recv r = Recv::ok;
+  bool cpu_limited = false;     ///< timeout: the CPU-time limit
+  bool over_memory = false;     ///< timeout: the memory limit
+  int64_t threads = 0;          ///< timeout: the thread count past the limit
+  bool stalled = false;         ///< timeout: a frame began but did not finish within kFrameBodyS
+  size_t bytes_read = 0;        ///< stalled: how far it got
+  uint64_t length = 0;          ///< stalled: the length its header announced
+};
+
+/// Waits for one whole frame of worker `pid` on `sock` (into `frame`), watching its CPU time,
+/// wall time, memory and threads every 50 ms until the frame is complete.
+Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& lim) {
+  Watched out;
+  const auto start = Clock::now();
+  auto after = [&](double s) { return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  const double limit = lim.limit_s > 0 ? lim.limit_s : 1e9;  // none: about 30 years
+  const auto wall_cap = after(lim.cpu_time ? std::max(3 * limit, limit + 30) : limit);
+  const double cpu0 = lim.cpu_time ? process_cpu_seconds(pid) : 0.0;
+  FrameReader reader;
+  std::optional<Clock::time_point> body_deadline;
+  auto next_check = Clock::now();
+  for (;;) {
+    auto until = std::min(Clock::now() + std::chrono::milliseconds(50), wall_cap);
+    if (body_deadline) until = std::min(until, *body_deadline);
+    const Recv w = wait_readable(sock, true, until);
+    if (w == Recv::ok) {
+      const Recv s = reader.step(sock, kMaxReplyBytes);
+      if (s == Recv::ok) {
+        frame = std::move(reader.body());
+        out.r = Recv::ok;
+        return out;
+      }
+      if (s != Recv::timeout) return out.r = s, out;
+      if (!body_deadline && reader.started())
+        body_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kFrameBodyS));
+    } else if (w != Recv::timeout) {
+      return out.r = w, out;
+    }
+    const auto now = Clock::now();
+    out.r = Recv::timeout;
+    if (body_deadline && now >= *body_deadline) {
+      out.stalled = true;
+      out.bytes_read = reader.bytes_read();
+      out.length = reader.length();
+      return out;
+    }
+    if (now >= wall_cap) return out;
+    if (now < next_check) continue;
+    next_check = now + std::chrono::milliseconds(50);
+    if (lim.cpu_time && process_cpu_seconds(pid) - cpu0 >= limit) return out.cpu_limited = true, out;
+    if (lim.memory_limit > 0) {
+      const ProcessUse use = process_use(pid, lim.tensor_bytes);
+      if (use.memory_bytes > lim.memory_limit) return out.over_memory = true, out;
+      if (use.threads > lim.max_threads) return out.threads = use.threads, out;
+    }
+  }
 }
 
 // ---- job (de)serialisation ------------------------------------------------------------------
@@ -346,11 +474,14 @@ void install_memory_note_handlers(std::atomic<int>* flag) {
 
 int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, const WorkerContext& ctx) {
   if (ctx.memory_limit_bytes > 0 && current_launch) install_memory_note_handlers(memory_flag_of(current_launch));
+  std::pair<void*, size_t> stale{MAP_FAILED, 0};  // the last job's tensors, unmapped at the next job
   for (int job_no = 0;; ++job_no) {
     std::string body;
     std::vector<int> fds;
     Recv r = recv_frame(sock, body, false, {}, &fds);
     if (r != Recv::ok) return 0;  // parent closed the socket
+    if (stale.first != MAP_FAILED) munmap(stale.first, stale.second);
+    stale = {MAP_FAILED, 0};
     RunOutcome out;
     void* base = MAP_FAILED;
     size_t total = 0;
@@ -419,6 +550,15 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
           setrlimit(RLIMIT_AS, &lim);
         }
       }
+      // Mapped, and no code of the answer loaded yet: say so, and wait for the parent's "go" (it
+      // counts the job's CPU time from there).
+      if (!send_frame(sock, kMappedFrame)) return 1;
+      char go = 0;
+      ssize_t got;
+      do {
+        got = recv(sock, &go, 1, MSG_WAITALL);
+      } while (got < 0 && errno == EINTR);
+      if (got != 1) return 0;  // the parent gave up on this job
       out = req.reference ? backend.time_reference(*req.reference, plan, ptrs, req)
                           : backend.execute(art, plan, ptrs, req, current_launch);
     } catch (const std::bad_alloc&) {
@@ -432,7 +572,6 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
         out.message.find("bad_alloc") != std::string::npos)
       out.message += " (an allocation failed: the worker's memory limit is " + mb_text(ctx.memory_limit_bytes) +
                      " beyond its tensors, env.worker_memory_mb)";
-    if (base != MAP_FAILED) munmap(base, total);
     for (int fd : fds)
       if (fd >= 0) close(fd);
     if (!scratch_copy.empty()) unlink(scratch_copy.c_str());
@@ -442,6 +581,9 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
     json reply = outcome_to_json(out);
     reply["exiting"] = exiting;
     if (!send_frame(sock, reply.dump())) return 1;
+    // Unmapped after the reply, so the parent's reading of this job's CPU time (at the reply)
+    // does not include it; a worker that serves another job unmaps before that job's "mapped".
+    stale = {base, total};
     if (exiting) {
       // Idle until the pool closes the socket (or kills us), so the CPU time it reads after the
       // reply is the job's alone, not the start of this process's exit.
@@ -485,7 +627,9 @@ int worker_process_main(const std::string& spec_json, int sock, int status_fd, c
     cs.file_size_mb = spec.at("file_size_mb").get<int64_t>();
     cs.open_files = spec.at("open_files").get<int64_t>();
     applied = enter_child_sandbox(cs, host);
-    ctx.copy_artifact = applied.filesystem && cs.fs == ChildSandbox::Fs::minimal;
+    // Both file systems mount a fresh scratch tmpfs on /tmp, where a host path of the compile
+    // cache (relative, or under /tmp) is not seen: the module is copied from the fd the job passes.
+    ctx.copy_artifact = applied.filesystem;
   } else {
     rlimit no_core{0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -913,44 +1057,29 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
 
   RunOutcome out;
   std::string reply;
-  Recv r = Recv::ok;
-  bool cpu_limited = false;  // the timeout, if any, was the CPU-time limit
-  bool over_memory = false;  // the worker's own memory passed the limit
-  int64_t too_many_threads = 0;  // the worker's thread count when it passed the limit
-  const int64_t memory_limit = memory_limit_mb_ << 20;
-  if (timeout_s > 0 || memory_limit > 0) {
-    // Wait in slices of at most 50 ms, checking the limit between them.
-    const auto start = Clock::now();
-    auto after = [&](double s) {
-      return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-    };
-    const double limit = timeout_s > 0 ? timeout_s : 1e9;  // none: about 30 years
-    const double wall_cap = options_.cpu_time_limit ? std::max(3 * limit, limit + 30) : limit;
-    const double cpu0 = options_.cpu_time_limit ? process_cpu_seconds(w->pid) : 0.0;
-    for (;;) {
-      r = wait_readable(w->sock, true, std::min(Clock::now() + std::chrono::milliseconds(50), after(wall_cap)));
-      if (r != Recv::timeout) break;
-      if (Clock::now() >= after(wall_cap)) break;
-      if (options_.cpu_time_limit && process_cpu_seconds(w->pid) - cpu0 >= limit) {
-        cpu_limited = true;
-        break;
-      }
-      if (memory_limit > 0) {
-        const ProcessUse use = process_use(w->pid, static_cast<int64_t>(layout.total_bytes));
-        if (use.memory_bytes > memory_limit) {
-          over_memory = true;
-          break;
-        }
-        if (use.threads > options_.sandbox.max_threads) {
-          too_many_threads = use.threads;
-          break;
-        }
-      }
+  WatchLimits lim;
+  lim.limit_s = timeout_s;
+  lim.cpu_time = options_.cpu_time_limit;
+  lim.memory_limit = memory_limit_mb_ << 20;
+  lim.max_threads = options_.sandbox.max_threads;
+  lim.tensor_bytes = static_cast<int64_t>(layout.total_bytes);
+  // Phase 1: the worker maps the job's memory (populated: every page of the tensors, the rotated
+  // sets and the snapshots) and says so before it loads any code of the answer. The job's CPU
+  // time is counted from the "go" that follows, so what mapping costs (it grows with the
+  // snapshots and scratch buffers, and varies from job to job) is in neither the candidate's job
+  // nor the no-op's, and the CPU-time bound compares the runs alone (docs/env.md "Timing").
+  Watched watched = await_frame(w->pid, w->sock, reply, lim);
+  if (watched.r == Recv::ok && reply == kMappedFrame) {
+    reply.clear();
+    cpu_at_send = process_cpu_ms(w->pid);
+    const char go = 'g';
+    if (!send_all(w->sock, &go, 1)) {
+      watched.r = Recv::eof;
+    } else {
+      watched = await_frame(w->pid, w->sock, reply, lim);
     }
-    if (r == Recv::ok) r = recv_frame(w->sock, reply, true, Clock::now() + std::chrono::seconds(30), nullptr, kMaxReplyBytes);
-  } else {
-    r = recv_frame(w->sock, reply, false, Clock::now(), nullptr, kMaxReplyBytes);
   }
+  Recv r = watched.r;
   // The job's CPU time, read from outside: whatever the code does to the worker's own clocks,
   // it cannot hide the CPU it used (the verifier compares it with the reported times).
   const double cpu_at_reply = r == Recv::ok ? process_cpu_ms(w->pid) : -1;
@@ -964,23 +1093,41 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     try {
       const json j = json::parse(reply);
       out = outcome_from_json(j);
-      if (cpu_at_send >= 0 && cpu_at_reply >= cpu_at_send) out.job_cpu_ms = cpu_at_reply - cpu_at_send;
-      if (j.value("exiting", false)) dead = true;  // retired now, never handed another job
+      // Untrusted: the answer's code shares the worker's process and may have written this frame.
+      if (const std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
+          !why.empty()) {
+        out = RunOutcome{};
+        out.verdict = Verdict::runtime_error;
+        out.message = "the worker's reply was refused: " + why +
+                      " (code must not write to the environment's job socket)";
+        dead = true;
+      } else {
+        if (cpu_at_send >= 0 && cpu_at_reply >= cpu_at_send) out.job_cpu_ms = cpu_at_reply - cpu_at_send;
+        if (j.value("exiting", false)) dead = true;  // retired now, never handed another job
+      }
     } catch (const std::exception& e) {
       out.verdict = Verdict::runtime_error;
       out.message = std::string("the worker's reply was garbled: ") + e.what();
       dead = true;
     }
-  } else if (r == Recv::timeout && too_many_threads > 0) {
+  } else if (r == Recv::timeout && watched.stalled) {
+    kill(-w->pid, SIGKILL);
+    kill(w->pid, SIGKILL);
+    out.verdict = Verdict::runtime_error;
+    out.message = "the worker's reply stopped after " + std::to_string(watched.bytes_read) + " of " +
+                  (watched.length ? std::to_string(watched.length + 8) : std::string("at least 8")) +
+                  " bytes and was refused (code must not write to the environment's job socket)";
+    dead = true;
+  } else if (r == Recv::timeout && watched.threads > 0) {
     int running = w->current_launch->load();
     kill(-w->pid, SIGKILL);
     kill(w->pid, SIGKILL);
     out.verdict = Verdict::runtime_error;
     out.failed_launch = running;
-    out.message = "the code started " + std::to_string(too_many_threads) + " threads, more than the worker's limit of " +
+    out.message = "the code started " + std::to_string(watched.threads) + " threads, more than the worker's limit of " +
                   std::to_string(options_.sandbox.max_threads) + ", and was stopped" + launch_text(plan, running);
     dead = true;
-  } else if (r == Recv::timeout && over_memory) {
+  } else if (r == Recv::timeout && watched.over_memory) {
     int running = w->current_launch->load();
     kill(-w->pid, SIGKILL);
     kill(w->pid, SIGKILL);
@@ -1001,7 +1148,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       return std::string(b);
     };
     const std::string secs = !options_.cpu_time_limit ? g(timeout_s) + " s"
-                             : cpu_limited            ? g(timeout_s) + " s of CPU time"
+                             : watched.cpu_limited    ? g(timeout_s) + " s of CPU time"
                                                       : g(std::max(3 * timeout_s, timeout_s + 30)) +
                                                  " s of wall time (it was not computing: sleeping or blocked?)";
     out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " did not finish within " + secs +

@@ -97,4 +97,28 @@ std::vector<TokenId> chat_stop_ids(ChatFormat format, const Tokenizer& tok) {
   return out;
 }
 
+std::string escape_special_tokens(const Tokenizer& tok, std::string_view text) {
+  static constexpr std::string_view kZeroWidthSpace = "\xE2\x80\x8B";
+  std::vector<std::string_view> literals;
+  for (const AddedToken& t : tok.added_tokens())
+    if (t.special && !t.content.empty()) literals.push_back(t.content);
+  std::string out;
+  size_t done = 0;  // text[0, done) is in `out`
+  for (size_t i = 0; i < text.size(); ++i) {
+    bool hit = false;
+    for (std::string_view lit : literals)
+      if (text.compare(i, lit.size(), lit) == 0) {
+        hit = true;
+        break;
+      }
+    if (!hit) continue;
+    out.append(text.substr(done, i + 1 - done));
+    out.append(kZeroWidthSpace);
+    done = i + 1;
+  }
+  if (done == 0) return std::string(text);
+  out.append(text.substr(done));
+  return out;
+}
+
 }  // namespace leap::model

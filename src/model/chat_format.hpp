@@ -41,6 +41,14 @@ ChatFormat resolve_chat_format(ChatFormat requested, std::string_view model_type
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);
 
+/// `text` with every literal of `tok`'s special added tokens ("<|im_start|>", "<|im_end|>", ...)
+/// broken by a zero-width space (U+200B) after its first byte, so that a chat rendered around it
+/// and encoded with special-token matching on reads it as plain text: what the environment or an
+/// earlier answer writes into a prompt (feedback, compiler logs, exception texts) can never become
+/// a turn marker of the policy's next prompt (issue "Environment V"). Text without such literals
+/// is returned unchanged.
+std::string escape_special_tokens(const Tokenizer& tok, std::string_view text);
+
 /// Token ids that end an assistant turn: ChatML <|im_end|> (and <|endoftext|> if present);
 /// Llama3 <|eot_id|> (and <|end_of_text|> if present). Throws leap::ModelError if the main
 /// one is missing from the tokenizer, or for Auto.

@@ -12,10 +12,23 @@ LocalPolicy::LocalPolicy(model::Transformer& model, const model::Tokenizer& tok,
   for (auto id : model::chat_stop_ids(format_, tok_)) stop_ids_.push_back(id);
 }
 
-std::string LocalPolicy::render(const Prompt& prompt) { return model::render_chat(format_, prompt, true); }
+namespace {
+
+/// `prompt` with special-token literals in every message's content broken (model::
+/// escape_special_tokens): message contents are data (the task, an earlier answer, the
+/// environment's feedback), and only the chat template's own markers are turn markers.
+Prompt escaped(const model::Tokenizer& tok, const Prompt& prompt) {
+  Prompt out = prompt;
+  for (auto& m : out) m.content = model::escape_special_tokens(tok, m.content);
+  return out;
+}
+
+}  // namespace
+
+std::string LocalPolicy::render(const Prompt& prompt) { return model::render_chat(format_, escaped(tok_, prompt), true); }
 
 std::vector<int64_t> LocalPolicy::encode_prompt(const Prompt& prompt) const {
-  const auto ids = tok_.encode(model::render_chat(format_, prompt, true));
+  const auto ids = tok_.encode(model::render_chat(format_, escaped(tok_, prompt), true));
   return {ids.begin(), ids.end()};
 }
 
