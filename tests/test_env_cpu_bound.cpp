@@ -150,7 +150,10 @@ TEST_CASE("env cpu bound: a CPU-time check job that makes fewer runs than it was
   EvalResult r = rig.verifier->evaluate(task, answer);
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::runtime_error);
-  CHECK(r.feedback.find("runs it was asked for") != std::string::npos);
+  // Refused by the pool (a reply's run list must hold every run the job asks for), or by the
+  // verifier's own count of a CPU-time check job.
+  CHECK((r.feedback.find("runs it was asked for") != std::string::npos ||
+         r.feedback.find("the job asks for at least") != std::string::npos));
 }
 
 TEST_CASE("env cpu bound: a kernel long enough for the bound gets no check job") {

@@ -496,8 +496,11 @@ TEST_CASE("env timing: a hook on leap's memcpy does not see the snapshot copies,
   // (An adversarial check, 2026-12-02: with the worker's snapshot copy through the PLT, this
   // answer passed as correct at 3x the honest loop's speedup, unflagged: the work it moved into
   // the copy the no-op's job pays for too.)
+  // Since the worker unmaps a job's tensors only after its reply (issue "Environment V"), the
+  // hook on munmap finishes nothing before the parent reads the outputs either: the moved work
+  // is missing from the correctness runs already.
   auto r = grade("relu", got_memcpy_hook_answer(), 1, 5, 1);
   CAPTURE(r.feedback);
   CHECK(r.verdict == env::Verdict::wrong_output);
-  CHECK(r.feedback.find("timed call") != std::string::npos);
+  CHECK((r.feedback.find("timed call") != std::string::npos || r.feedback.find("on seed 1") != std::string::npos));
 }
