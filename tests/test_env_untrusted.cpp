@@ -56,7 +56,7 @@ env::EvalResult grade_relu(const std::string& answer) {
 /// among its descriptors), as code written to game the evaluator would.
 std::string relu_with(const std::string& before) {
   return "```cpp\n#include <cstdint>\n#include <cstring>\n#include <string>\n#include <sys/socket.h>\n"
-         "#include <sys/resource.h>\n#include <sys/syscall.h>\n#include <sched.h>\n#include <unistd.h>\n#include <atomic>\n#include <thread>\n"
+         "#include <dlfcn.h>\n#include <sys/resource.h>\n#include <sys/syscall.h>\n#include <sched.h>\n#include <unistd.h>\n#include <atomic>\n#include <thread>\n"
          "static int job_socket() {\n"
          "  for (int fd = 0; fd < 4096; ++fd) {\n"
          "    int domain = 0; socklen_t len = sizeof domain;\n"
@@ -333,4 +333,25 @@ TEST_CASE("env feedback: a text bounded twice says how much of the original is m
   const size_t body = cut.find("\n[... ");
   REQUIRE(body != std::string::npos);
   CHECK(body % 2 == 0);
+}
+
+TEST_CASE("env sandbox: a cpu answer finds no LibTorch, MKL, oneDNN or SLEEF kernel in its worker") {
+  // The "baseline kernel" hack: before, the cpu worker was the leap executable with
+  // libtorch_cpu.so mapped, and dlsym(RTLD_DEFAULT, "Sleef_tanhf16_u10") earned 1.95-2.43x
+  // unflagged on tanh. The kernel is right only when none of these symbols is found and no
+  // LibTorch library can be opened.
+  const std::string probe = R"CODE(  static int state = 0;
+  if (state == 0) {
+    bool found = false;
+    for (const char* sym : {"Sleef_tanhf16_u10", "Sleef_expf8_u10", "sgemm_", "cblas_sgemm", "mkl_sgemm",
+                            "dnnl_sgemm", "_ZN2at4_ops4tanh4callERKNS_6TensorE", "at_tanh"})
+      found = found || dlsym(RTLD_DEFAULT, sym) != nullptr;
+    for (const char* lib : {"libtorch_cpu.so", "libtorch.so", "libc10.so", "libmkl_rt.so", "libdnnl.so"})
+      found = found || dlopen(lib, RTLD_NOW | RTLD_NOLOAD) != nullptr || dlopen(lib, RTLD_NOW) != nullptr;
+    state = found ? 2 : 1;
+  }
+  if (state == 2) { for (int64_t i = 0; i < n; ++i) y[i] = 12345.0f; return; })CODE";
+  const env::EvalResult probed = grade_relu(relu_with(probe));
+  CAPTURE(probed.feedback);
+  CHECK(probed.verdict == env::Verdict::correct);
 }

@@ -237,7 +237,7 @@ std::optional<CudaDeviceInfo> probe_cuda_device(int ordinal, std::string* why) {
   // already started CUDA (a policy on the GPU) can still probe.
   std::string text;
   try {
-    text = Zygote::shared().call("cuda_probe", std::to_string(ordinal), 120);  // cuInit can be slow
+    text = Zygote::with_libtorch().call("cuda_probe", std::to_string(ordinal), 120);  // cuInit can be slow
   } catch (const std::exception& e) {
     return fail(std::string("the device probe failed: ") + e.what());
   }

@@ -663,7 +663,7 @@ WorkerPool::WorkerPool(std::shared_ptr<Backend> backend, PoolOptions options)
   if (backend_->name() == "cpu") memory_limit_mb_ = resolved_memory_mb(options_.sandbox.memory_mb);
   worker_spec_ = worker_spec();
   if (options_.spawn == PoolOptions::Spawn::exec) {
-    const SandboxReport report = Zygote::shared().report();
+    const SandboxReport report = Zygote::for_backend(backend_->name()).report();
     if (options_.sandbox.mode == SandboxMode::strict && !report.complete())
       throw Error("env.sandbox is strict, but this host lacks: " + [&] {
         std::string m;
@@ -795,7 +795,7 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_from_zygote() {
   w->current_launch = status;
   w->zygote_child = true;
   try {
-    w->pid = Zygote::shared().spawn_worker(worker_spec_, sv[1], page_fd);
+    w->pid = Zygote::for_backend(backend_->name()).spawn_worker(worker_spec_, sv[1], page_fd);
   } catch (...) {
     close(sv[1]);
     close(page_fd);
@@ -840,7 +840,7 @@ int WorkerPool::wait_status(Worker& w) {
     kill(-w.pid, SIGKILL);  // the whole process group: nothing the job started outlives it
     kill(w.pid, SIGKILL);   // (no-op for a process that already died: its status is kept)
     try {
-      st = Zygote::shared().wait(w.pid);
+      st = Zygote::for_backend(backend_->name()).wait(w.pid);
     } catch (const std::exception&) {
       st = 0;
     }
@@ -909,7 +909,7 @@ void WorkerPool::retire(Worker& w, bool kill_first) {
     kill(-w.pid, SIGKILL);
     kill(w.pid, SIGKILL);
     try {
-      Zygote::shared().release(w.pid);
+      Zygote::for_backend(backend_->name()).release(w.pid);
     } catch (const std::exception&) {
     }
     w.pid = -1;

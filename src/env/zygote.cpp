@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -26,6 +27,7 @@
 #include "env/sandbox_child.hpp"
 #include "env/worker_process.hpp"
 #include "util/error.hpp"
+#include <spdlog/spdlog.h>
 #if LEAP_HAVE_NVRTC
 #include "env/cuda_driver.hpp"
 #endif
@@ -136,7 +138,8 @@ bool read_until_eof(int fd, std::string& out, size_t max_bytes, bool* truncated,
 std::vector<std::string> zygote_environment() {
   std::vector<std::string> out;
   static const char* keep[] = {"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                               "NVIDIA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "LEAP_WORKER_EXE"};
+                               "NVIDIA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "LEAP_WORKER_EXE",
+                               "LEAP_CPU_WORKER_EXE"};
   for (const char* k : keep)
     if (const char* v = std::getenv(k)) out.push_back(std::string(k) + "=" + v);
   if (!std::getenv("PATH")) out.push_back("PATH=/usr/local/bin:/usr/bin:/bin");
@@ -431,10 +434,44 @@ std::string worker_executable() {
               "); set LEAP_WORKER_EXE to its path");
 }
 
+std::string lean_worker_executable() {
+  if (const char* e = std::getenv("LEAP_CPU_WORKER_EXE"); e && *e) {
+    if (access(e, X_OK) != 0) throw Error(std::string("LEAP_CPU_WORKER_EXE=") + e + " is not an executable");
+    return e;
+  }
+  auto beside = [](const std::string& exe) {
+    const size_t slash = exe.rfind('/');
+    return exe.substr(0, slash == std::string::npos ? 0 : slash + 1) + "leap-worker";
+  };
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) {
+    const std::string self(buf, static_cast<size_t>(n));
+    if (self.substr(self.rfind('/') + 1) == "leap-worker") return self;
+    if (const std::string p = beside(self); access(p.c_str(), X_OK) == 0) return p;
+  }
+  const std::string leap = worker_executable();
+  if (const std::string p = beside(leap); access(p.c_str(), X_OK) == 0) return p;
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    spdlog::warn("no leap-worker executable beside {}: cpu answers run in workers of the leap executable, "
+                 "with LibTorch's libraries mapped (set LEAP_CPU_WORKER_EXE, or build the leap-worker target)",
+                 leap);
+  });
+  return leap;
+}
+
 Zygote& Zygote::shared() {
-  static Zygote* z = new Zygote();  // never destroyed: the zygote dies with the process
+  static Zygote* z = new Zygote(ZygoteImage::lean);  // never destroyed: the zygote dies with the process
   return *z;
 }
+
+Zygote& Zygote::with_libtorch() {
+  static Zygote* z = new Zygote(ZygoteImage::leap);
+  return *z;
+}
+
+Zygote& Zygote::for_backend(const std::string& name) { return name == "cpu" ? shared() : with_libtorch(); }
 
 void Zygote::start_locked() {
   if (ctl_ >= 0) close(ctl_);
@@ -445,7 +482,7 @@ void Zygote::start_locked() {
     waitpid(pid_, &st, 0);
     pid_ = -1;
   }
-  const std::string exe = worker_executable();
+  const std::string exe = image_ == ZygoteImage::lean ? lean_worker_executable() : worker_executable();
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     throw Error(std::string("zygote socketpair: ") + std::strerror(errno));

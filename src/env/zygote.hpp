@@ -29,12 +29,23 @@ struct CommandSandbox {
   SandboxMode mode = SandboxMode::auto_;
 };
 
+/// Which executable a zygote runs (issue "Environment V"): `leap-worker`, which never maps
+/// LibTorch (nor MKL, oneDNN or SLEEF), for cpu workers, whose answers' host code runs in the
+/// worker's process, and for sandboxed commands; or `leap` itself, for cuda workers (they run the
+/// reference with LibTorch on the GPU, and no host code of the answer).
+enum class ZygoteImage { lean, leap };
+
 /// Client side of the zygote. Thread-safe; requests are served one at a time.
 class Zygote {
  public:
-  /// The process-wide zygote, started (exec of worker_executable()) on first use. Throws
-  /// leap::Error when it cannot be started.
+  /// The process-wide lean zygote (lean_worker_executable(): no LibTorch), started on first use:
+  /// cpu workers and sandboxed commands. Throws leap::Error when it cannot be started.
   static Zygote& shared();
+  /// The process-wide zygote of the `leap` executable (worker_executable()), started on first
+  /// use: cuda workers and the CUDA probe. Throws leap::Error when it cannot be started.
+  static Zygote& with_libtorch();
+  /// The zygote for workers of backend `name`: shared() for "cpu", else with_libtorch().
+  static Zygote& for_backend(const std::string& name);
 
   /// The sandbox this host allows (the zygote's probe at start).
   SandboxReport report();
@@ -68,7 +79,8 @@ class Zygote {
   pid_t pid();
 
  private:
-  Zygote() = default;
+  explicit Zygote(ZygoteImage image) : image_(image) {}
+  ZygoteImage image_;
   void start_locked();
   std::string request_locked(const std::string& body, const std::vector<int>& fds);
   std::string request(const std::string& body, const std::vector<int>& fds);
@@ -88,5 +100,10 @@ int zygote_main(int argc, char** argv);
 /// executable when it is `leap`, else `leap` in the same folder (tests and benches beside it).
 /// Throws leap::Error when none exists.
 std::string worker_executable();
+
+/// The lean executable that serves as the cpu zygote: $LEAP_CPU_WORKER_EXE, else `leap-worker`
+/// beside this process's executable or beside worker_executable(). When none exists, the `leap`
+/// executable itself, with a warning (its cpu workers then have LibTorch mapped).
+std::string lean_worker_executable();
 
 }  // namespace leap::env
