@@ -162,8 +162,8 @@ PY
   # candidate times and of its two speedups says how repeatable one measurement is.
   stage "the same answer timed twice"
   TWICE=$LOG/twice
-  rm -rf "$TWICE"; mkdir -p "$TWICE/sol/softmax"
-  cp tasks/starter/softmax/solutions/cuda_*.md "$TWICE/sol/softmax/" 2>/dev/null
+  rm -rf "$TWICE"; mkdir -p "$TWICE/sol/softmax_rows"
+  cp tasks/starter/softmax_rows/solutions/cuda_*.md "$TWICE/sol/softmax_rows/" 2>/dev/null
   for i in 1 2; do
     timeout $((STAGE_LIMITS[twice] / 2)) "$BUILD/leap" --db "$TWICE/db.sqlite" eval --tasks tasks/starter --solutions "$TWICE/sol" \
       --backend cuda --format json --set env.workers=1 >"$TWICE/run$i.json" 2>>"$TWICE/err.log"

@@ -149,12 +149,17 @@ TEST_CASE("env sandbox: the report names every protection and leap version print
   auto v = leap::test::run_leap("version");
   CHECK(v.rc == 0);
   CHECK(v.out.find(r.summary() + "\n") != std::string::npos);
-  // The zygote is an exec-started leap, not a fork of this process.
-  char buf[4096];
-  const pid_t z = Zygote::shared().pid();
-  ssize_t n = readlink(("/proc/" + std::to_string(z) + "/exe").c_str(), buf, sizeof buf - 1);
-  REQUIRE(n > 0);
-  CHECK(fs::path(std::string(buf, static_cast<size_t>(n))).filename() == "leap");
+  // The zygotes are exec-started programs, not forks of this process: leap-worker (no LibTorch)
+  // for cpu workers and commands, leap for cuda workers.
+  auto exe_of = [](pid_t pid) {
+    char buf[4096];
+    ssize_t n = readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf - 1);
+    REQUIRE(n > 0);
+    return fs::path(std::string(buf, static_cast<size_t>(n))).filename().string();
+  };
+  CHECK(exe_of(Zygote::shared().pid()) == "leap-worker");
+  CHECK(exe_of(Zygote::for_backend("cpu").pid()) == "leap-worker");
+  CHECK(exe_of(Zygote::with_libtorch().pid()) == "leap");
 }
 
 TEST_CASE("env sandbox: a candidate's writes outside its scratch folder do not happen") {
