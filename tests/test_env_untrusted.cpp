@@ -7,6 +7,7 @@
 // compiler is not cached, and feedback text can never become a turn marker.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
 #include "rl/local_policy.hpp"
+#include "forked_rig.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -354,4 +356,97 @@ TEST_CASE("env sandbox: a cpu answer finds no LibTorch, MKL, oneDNN or SLEEF ker
   const env::EvalResult probed = grade_relu(relu_with(probe));
   CAPTURE(probed.feedback);
   CHECK(probed.verdict == env::Verdict::correct);
+}
+
+namespace {
+
+/// What the workers of the spying backend saw of their timing jobs (shared with the test).
+struct Seen {
+  std::atomic<int> timing_jobs{0};        ///< jobs of more than one run
+  std::atomic<int> snapshots_seen{0};     ///< snapshot entries those jobs carried to the worker
+  std::atomic<int> parent_snapshot_jobs{0};
+};
+
+/// The cpu backend, recording in its worker what a timing job tells the worker.
+class SpyBackend : public env::CpuBackend {
+ public:
+  SpyBackend(env::CpuBackendOptions o, Seen* s) : CpuBackend(std::move(o)), s_(s) {}
+  env::RunOutcome execute(const env::Artifact& a, const env::BoundPlan& p, const std::vector<void*>& t,
+                          const env::RunRequest& r, std::atomic<int>* cur) override {
+    if (std::max(0, r.warmup) + std::max(1, r.trials) > 1) {
+      s_->timing_jobs.fetch_add(1);
+      s_->snapshots_seen.fetch_add(static_cast<int>(r.snapshots.size()));
+      if (r.parent_snapshots) s_->parent_snapshot_jobs.fetch_add(1);
+    }
+    return CpuBackend::execute(a, p, t, r, cur);
+  }
+
+ private:
+  Seen* s_;
+};
+
+env::VerifierOptions spy_options() {
+  env::VerifierOptions vo;
+  vo.seeds = 1;
+  vo.warmup = 1;
+  vo.trials = 5;
+  vo.max_seconds = 0;
+  vo.suspicious_speedup = 1e9;
+  return vo;
+}
+
+}  // namespace
+
+TEST_CASE("env timing: when only some runs are checked, the worker never learns which (the parent copies them)") {
+  // relu at 1024 x 4096 (16 MB of outputs a run): 6 runs do not fit the 64 MiB of snapshots that
+  // would check every run, so 2 runs drawn at random are (plus each set's last). The list used to
+  // travel in the job, where code in the worker could read it and compute only those runs
+  // (0.73x unflagged against an honest 0.18x in an adversarial check).
+  test::TempDir dir;
+  fs::copy(kStarter + "/relu", dir.path / "relu", fs::copy_options::recursive);
+  {
+    std::string yaml = test::read_file((dir.path / "relu" / "task.yaml").string());
+    const std::string from = "sizes_cpu: {B: 16, N: 1024}";
+    REQUIRE(yaml.find(from) != std::string::npos);
+    yaml.replace(yaml.find(from), from.size(), "sizes_cpu: {B: 1024, N: 4096}");
+    std::ofstream((dir.path / "relu" / "task.yaml").string()) << yaml;
+  }
+  const std::string answer = test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  env::RuntimeTask big(tasks::load_task((dir.path / "relu").string()), "cpu");
+  leap::test::ForkedRig<Seen, SpyBackend> rig({"-O2", "-fPIC", "-shared"}, spy_options());
+  const env::EvalResult r = rig.verifier->evaluate(big, answer);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::correct);
+  CHECK(rig.shared->timing_jobs.load() >= 1);
+  CHECK(rig.shared->parent_snapshot_jobs.load() == rig.shared->timing_jobs.load());
+  CHECK(rig.shared->snapshots_seen.load() == 0);
+  // The parent's copies are checked: code that skips a run's work fails when that run is drawn.
+
+  // Control: at the task's own cpu size every run is checked, by the worker's own copies.
+  leap::test::ForkedRig<Seen, SpyBackend> small({"-O2", "-fPIC", "-shared"}, spy_options());
+  env::RuntimeTask relu(tasks::load_task(kStarter + "/relu"), "cpu");
+  const env::EvalResult s = small.verifier->evaluate(relu, answer);
+  CAPTURE(s.feedback);
+  CHECK(s.verdict == env::Verdict::correct);
+  CHECK(small.shared->parent_snapshot_jobs.load() == 0);
+  CHECK(small.shared->snapshots_seen.load() > 0);
+}
+
+TEST_CASE("env timing: with parent copies, code that skips the work of some runs is still a wrong output") {
+  // Computes every third call only (from its fourth on): the parent's randomly drawn checked runs
+  // and each set's last run find it.
+  test::TempDir dir;
+  fs::copy(kStarter + "/relu", dir.path / "relu", fs::copy_options::recursive);
+  {
+    std::string yaml = test::read_file((dir.path / "relu" / "task.yaml").string());
+    const std::string from = "sizes_cpu: {B: 16, N: 1024}";
+    yaml.replace(yaml.find(from), from.size(), "sizes_cpu: {B: 1024, N: 4096}");
+    std::ofstream((dir.path / "relu" / "task.yaml").string()) << yaml;
+  }
+  env::RuntimeTask big(tasks::load_task((dir.path / "relu").string()), "cpu");
+  leap::test::ForkedRig<Seen, SpyBackend> rig({"-O2", "-fPIC", "-shared"}, spy_options());
+  const std::string skipper = relu_with("static int calls = 0;\n  if (++calls > 3 && calls % 3 != 0) return;");
+  const env::EvalResult r = rig.verifier->evaluate(big, skipper);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::wrong_output);
 }

@@ -3,6 +3,7 @@
 // launches inside a worker process. The cpu backend uses the host compiler; a cuda backend
 // (NVRTC + driver API) plugs in through the same interface.
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -75,6 +76,15 @@ struct RunRequest {
   /// Outputs copied after chosen runs (the verifier checks them against the reference), sorted
   /// by run (snapshot_for_run's fast path).
   std::vector<Snapshot> snapshots;
+  /// The parent makes the `snapshots` copies itself (WorkerPool): the list never reaches the
+  /// worker, which reports each run it made and waits for the parent before the next one
+  /// (`on_run_done`). For jobs that check only some runs (large outputs): code in the worker can
+  /// then neither read which runs are checked nor claim runs it did not make (the parent counts
+  /// them). Issue "Environment V".
+  bool parent_snapshots = false;
+  /// Worker side only (never sent): called after each run, outside the timed region, once the
+  /// backend's own copies are made; false stops the job (the parent is gone).
+  std::function<bool(int run)> on_run_done;
   /// Warm-up also lasts at least this long, milliseconds of wall time (a GPU's clocks ramp up
   /// over tens of ms); 0: `warmup` runs only.
   double warmup_ms = 0;

@@ -429,7 +429,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
         const size_t src = rotated_tensor(request, rot, position);
         copy_bytes(tensors.at(static_cast<size_t>(dst)), tensors.at(src), plan.tensors.at(src).bytes());
       }
-    return true;
+    return !request.on_run_done || request.on_run_done(run);
   };
   if (!run_timing_schedule(request, n_rot, hooks, out)) return out;
   if (current_launch) current_launch->store(-1);

@@ -395,6 +395,10 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     }
     treq.rewrite_seed = secret;
     treq.rewrite_inputs = rewrite_inputs;
+    // Only some runs checked (outputs too large to keep every run's): on the cpu backend the
+    // parent makes the copies, so code in the worker cannot read which runs are checked, and the
+    // parent counts the runs made (WorkerPool, RunRequest::parent_snapshots).
+    treq.parent_snapshots = reference_on_device && !every_run;
     std::sort(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(n_checked));  // snapshot_for_run's order
     for (size_t k = 0; k < n_checked; ++k) {
       Snapshot snap;

@@ -28,6 +28,7 @@
 
 #include "env/forker.hpp"
 #include "env/reply_check.hpp"
+#include "env/timing_schedule.hpp"
 #include "env/worker_backend.hpp"
 #include "env/worker_process.hpp"
 #include "env/zygote.hpp"
@@ -265,15 +266,31 @@ struct Watched {
   uint64_t length = 0;          ///< stalled: the length its header announced
 };
 
+/// When a job's limits started counting: the wall clock and the worker's CPU seconds then.
+struct WatchStart {
+  Clock::time_point at{};
+  double cpu_s = 0;
+  bool set = false;
+  static WatchStart now(pid_t pid, const WatchLimits& lim) {
+    WatchStart w;
+    w.at = Clock::now();
+    w.cpu_s = lim.cpu_time ? process_cpu_seconds(pid) : 0.0;
+    w.set = true;
+    return w;
+  }
+};
+
 /// Waits for one whole frame of worker `pid` on `sock` (into `frame`), watching its CPU time,
-/// wall time, memory and threads every 50 ms until the frame is complete.
-Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& lim) {
+/// wall time, memory and threads every 50 ms until the frame is complete. The limits count from
+/// `since` (a job that sends several frames keeps one budget), else from now.
+Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& lim, WatchStart since = {}) {
   Watched out;
-  const auto start = Clock::now();
+  if (!since.set) since = WatchStart::now(pid, lim);
+  const auto start = since.at;
   auto after = [&](double s) { return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
   const double limit = lim.limit_s > 0 ? lim.limit_s : 1e9;  // none: about 30 years
   const auto wall_cap = after(lim.cpu_time ? std::max(3 * limit, limit + 30) : limit);
-  const double cpu0 = lim.cpu_time ? process_cpu_seconds(pid) : 0.0;
+  const double cpu0 = since.cpu_s;
   FrameReader reader;
   std::optional<Clock::time_point> body_deadline;
   auto next_check = Clock::now();
@@ -311,6 +328,18 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
       if (use.memory_bytes > lim.memory_limit) return out.over_memory = true, out;
       if (use.threads > lim.max_threads) return out.threads = use.threads, out;
     }
+  }
+}
+
+/// The parent's copies after run `run` of a job with RunRequest::parent_snapshots: the outputs of
+/// the run's input set into the snapshot tensors, if the run is a checked one.
+void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, int run) {
+  const Snapshot* snap = snapshot_for_run(request, run);
+  if (!snap) return;
+  const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
+  for (const auto& [position, dst] : snap->copies) {
+    const size_t src = rotated_tensor(request, set, position);
+    std::memcpy(buffers.data(static_cast<size_t>(dst)), buffers.data(src), plan.tensors.at(src).bytes());
   }
 }
 
@@ -502,6 +531,19 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       req.warmup_ms = job.at("warmup_ms").get<double>();
       req.min_timed_ms = job.at("min_timed_ms").get<double>();
       req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
+      if (job.value("parent_snapshots", false)) {
+        // Each run reported, the parent's "go" awaited: it makes its copies meanwhile.
+        req.parent_snapshots = true;
+        req.on_run_done = [sock](int run) {
+          if (!send_frame(sock, "{\"ran\":" + std::to_string(run) + "}")) return false;
+          char go = 0;
+          ssize_t got;
+          do {
+            got = recv(sock, &go, 1, MSG_WAITALL);
+          } while (got < 0 && errno == EINTR);
+          return got == 1;
+        };
+      }
       for (const auto& sj : job.at("snapshots")) {
         Snapshot snap;
         snap.run = sj.at(0).get<int>();
@@ -1006,7 +1048,9 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
               {"guards", layout.guards}};
-  for (const Snapshot& snap : request.snapshots) job["snapshots"].push_back(json::array({snap.run, snap.copies}));
+  job["parent_snapshots"] = request.parent_snapshots;
+  if (!request.parent_snapshots)  // else the list stays here: the worker never learns which runs are checked
+    for (const Snapshot& snap : request.snapshots) job["snapshots"].push_back(json::array({snap.run, snap.copies}));
   if (request.reference)
     job["reference"] = {{"torchscript", request.reference->torchscript},
                         {"file", request.reference->file},
@@ -1068,15 +1112,41 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   // time is counted from the "go" that follows, so what mapping costs (it grows with the
   // snapshots and scratch buffers, and varies from job to job) is in neither the candidate's job
   // nor the no-op's, and the CPU-time bound compares the runs alone (docs/env.md "Timing").
+  int reported_runs = 0;            // runs the worker reported one by one (parent_snapshots)
+  bool out_of_order_run = false;    // it reported a run out of order, or too many
   Watched watched = await_frame(w->pid, w->sock, reply, lim);
+  WatchStart watch_start;           // the job's limits count from its "go"
   if (watched.r == Recv::ok && reply == kMappedFrame) {
     reply.clear();
     cpu_at_send = process_cpu_ms(w->pid);
+    watch_start = WatchStart::now(w->pid, lim);
     const char go = 'g';
     if (!send_all(w->sock, &go, 1)) {
       watched.r = Recv::eof;
     } else {
-      watched = await_frame(w->pid, w->sock, reply, lim);
+      watched = await_frame(w->pid, w->sock, reply, lim, watch_start);
+      // A job whose checked runs the worker does not know reports each run: the parent copies
+      // that run's outputs if it is checked, counts it, and lets the worker go on.
+      while (request.parent_snapshots && watched.r == Recv::ok && reply.rfind("{\"ran\":", 0) == 0) {
+        int t = -1;
+        try {
+          t = json::parse(reply).at("ran").get<int>();
+        } catch (const std::exception&) {
+        }
+        if (t != reported_runs || reported_runs >= max_job_runs(request, std::max<size_t>(1, request.rotations.size()))) {
+          watched.r = Recv::error;  // not the next run, or more than the job allows: refused below
+          out_of_order_run = true;
+          break;
+        }
+        copy_snapshot(request, plan, buffers, t);
+        ++reported_runs;
+        reply.clear();
+        if (!send_all(w->sock, &go, 1)) {
+          watched.r = Recv::eof;
+          break;
+        }
+        watched = await_frame(w->pid, w->sock, reply, lim, watch_start);
+      }
     }
   }
   Recv r = watched.r;
@@ -1094,8 +1164,11 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       const json j = json::parse(reply);
       out = outcome_from_json(j);
       // Untrusted: the answer's code shares the worker's process and may have written this frame.
-      if (const std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
-          !why.empty()) {
+      std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
+      if (why.empty() && request.parent_snapshots && out.runs.size() != static_cast<size_t>(reported_runs))
+        why = "it lists " + std::to_string(out.runs.size()) + " runs; the worker reported " +
+              std::to_string(reported_runs) + " runs as it made them";
+      if (!why.empty()) {
         out = RunOutcome{};
         out.verdict = Verdict::runtime_error;
         out.message = "the worker's reply was refused: " + why +
@@ -1110,6 +1183,15 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       out.message = std::string("the worker's reply was garbled: ") + e.what();
       dead = true;
     }
+  } else if (out_of_order_run) {
+    kill(-w->pid, SIGKILL);
+    kill(w->pid, SIGKILL);
+    out.verdict = Verdict::runtime_error;
+    out.message = "the worker's reply was refused: it reported run " + std::to_string(reported_runs) +
+                  " out of order or past the job's " +
+                  std::to_string(max_job_runs(request, std::max<size_t>(1, request.rotations.size()))) +
+                  " runs (code must not write to the environment's job socket)";
+    dead = true;
   } else if (r == Recv::timeout && watched.stalled) {
     kill(-w->pid, SIGKILL);
     kill(w->pid, SIGKILL);
