@@ -8,6 +8,8 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "cli/environment.hpp"
 #include "env/cpu_backend.hpp"
 #include "env/launch_plan.hpp"
+#include "env/input_rewrite.hpp"
 #include "env/reply_check.hpp"
 #include "env/task_runtime.hpp"
 #include "model/chat_format.hpp"
@@ -449,4 +452,63 @@ TEST_CASE("env timing: with parent copies, code that skips the work of some runs
   const env::EvalResult r = rig.verifier->evaluate(big, skipper);
   CAPTURE(r.feedback);
   CHECK(r.verdict == env::Verdict::wrong_output);
+}
+
+TEST_CASE("env timing: between timed calls every element of a floating input changes (incremental recompute earns nothing)") {
+  // Keeps each input set's last values (by address) and compares 256-element chunks: with only
+  // sparse block rewrites between calls, 99% of the chunks were unchanged, so code that
+  // recomputed only the changed chunks earned 9.3x unflagged on a compute-heavy chain. Here the
+  // answer writes a wrong output as soon as most chunks of a set it saw before are unchanged,
+  // i.e. as soon as that trick would pay.
+  const std::string spy = R"CODE(  static const float* seen[8] = {};
+  static float* last[8] = {};
+  int slot = -1;
+  for (int k = 0; k < 8; ++k) if (seen[k] == x) slot = k;
+  bool exploitable = false;
+  if (slot >= 0) {
+    int64_t same = 0, chunks = 0;
+    for (int64_t c = 0; c + 256 <= n; c += 256, ++chunks) same += std::memcmp(last[slot] + c, x + c, 256 * sizeof(float)) == 0;
+    exploitable = 2 * same > chunks;
+  } else {
+    for (int k = 0; k < 8 && slot < 0; ++k) if (!seen[k]) { slot = k; seen[k] = x; last[k] = new float[n]; }
+  }
+  if (slot >= 0) std::memcpy(last[slot], x, n * sizeof(float));
+  if (exploitable) { for (int64_t i = 0; i < n; ++i) y[i] = 12345.0f; return; })CODE";
+  const env::EvalResult r = grade_relu(relu_with(spy));
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::correct);
+}
+
+TEST_CASE("env timing: perturb_input changes floats a little, keeps sign and binade, and undoes itself") {
+  std::vector<float> f = {1.0f, -3.14159f, 0.0f, 1e-40f, INFINITY, NAN, 12345.678f, 2.0f, 0.1f, -0.1f};
+  const std::vector<float> before = f;
+  env::perturb_input(42, 3, 0, env::DType::float32, f.data(), f.size());
+  CHECK(f[2] == 0.0f);
+  CHECK(std::memcmp(&f[3], &before[3], 4) == 0);  // subnormal
+  CHECK(std::isinf(f[4]));
+  CHECK(std::isnan(f[5]));
+  for (size_t i : {size_t(0), size_t(1), size_t(6), size_t(7), size_t(8), size_t(9)}) {
+    CHECK(std::abs(f[i] - before[i]) < std::abs(before[i]) / 256);
+    CHECK(std::signbit(f[i]) == std::signbit(before[i]));
+    CHECK(std::ilogb(f[i]) == std::ilogb(before[i]));
+  }
+  env::perturb_input(42, 3, 0, env::DType::float32, f.data(), f.size());  // its own inverse
+  CHECK(std::memcmp(f.data(), before.data(), f.size() * sizeof(float)) == 0);
+  // Deterministic, and different for another run or position.
+  std::vector<float> a(4096), b, c;
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.3f + 0.001f * static_cast<float>(i);
+  b = a;
+  c = a;
+  std::vector<float> d = a;
+  env::perturb_input(7, 1, 2, env::DType::float32, b.data(), b.size());
+  env::perturb_input(7, 1, 2, env::DType::float32, c.data(), c.size());
+  env::perturb_input(7, 2, 2, env::DType::float32, d.data(), d.size());
+  CHECK(b == c);
+  CHECK(b != d);
+  size_t changed = 0;
+  for (size_t i = 0; i < a.size(); ++i) changed += a[i] != b[i];
+  CHECK(changed > a.size() * 95 / 100);
+  std::vector<int64_t> ints = {1, 2, 3};
+  env::perturb_input(7, 1, 2, env::DType::int64, ints.data(), ints.size());
+  CHECK(ints == std::vector<int64_t>{1, 2, 3});
 }

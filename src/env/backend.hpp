@@ -73,6 +73,9 @@ struct RunRequest {
   /// the run's set are rewritten in place from this secret seed (env/input_rewrite.hpp).
   uint64_t rewrite_seed = 0;
   std::vector<int> rewrite_inputs;  ///< input positions (in a rotation) the rewrites may change
+  /// Floating input positions (in a rotation) whose every element changes a little before each
+  /// run, after the block rewrites (env/input_rewrite.hpp perturb_input); cpu backend.
+  std::vector<int> perturb_inputs;
   /// Outputs copied after chosen runs (the verifier checks them against the reference), sorted
   /// by run (snapshot_for_run's fast path).
   std::vector<Snapshot> snapshots;

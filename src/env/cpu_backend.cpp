@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "env/errors.hpp"
+#include "env/input_rewrite.hpp"
 #include "env/poison.hpp"
 #include "env/timing_schedule.hpp"
 #include "util/error.hpp"
@@ -390,6 +391,16 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   const bool multi = std::max(0, request.warmup) + std::max(1, request.trials) > 1 || n_rot > 1;
   const std::vector<RewriteTarget> targets = rewrite_targets(plan, request);
   const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
+  // The perturbation of a run's floating inputs (env/input_rewrite.hpp): applied before the run,
+  // and again after it, which undoes it (the flip is its own inverse).
+  auto perturb = [&](int run, size_t rot) {
+    if (!multi) return;
+    for (int p : request.perturb_inputs) {
+      const size_t ti = rotated_tensor(request, rot, p);
+      perturb_input(request.rewrite_seed, run, p, plan.tensors.at(ti).dtype, tensors.at(ti),
+                    static_cast<size_t>(plan.tensors.at(ti).numel()));
+    }
+  };
   RunHooks hooks;
   hooks.prepare = [&](int run, size_t rot) {
     if (!multi) return true;
@@ -399,6 +410,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
     }
     apply_rewrites(rewrites_for_run(request, targets, run), tensors);
+    perturb(run, rot);  // every element changes: no result of an earlier call stays useful
     return true;
   };
   const double clock_cost = monotonic_ms_cost();
@@ -424,6 +436,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     return std::max(0.0, monotonic_ms() - start - clock_cost);
   };
   hooks.after = [&](int run, size_t rot) {
+    perturb(run, rot);  // undone: the next run's rewrites start from this run's rewritten inputs
     if (const Snapshot* snap = snapshot_for_run(request, run))
       for (const auto& [position, dst] : snap->copies) {
         const size_t src = rotated_tensor(request, rot, position);

@@ -36,4 +36,54 @@ void apply_rewrites(const std::vector<BlockCopy>& copies, const std::vector<void
   }
 }
 
+namespace {
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Flips `mask & random` of each element whose exponent field (from bit `exp_shift`, `exp_all`
+/// its all-ones value) is neither all zeros nor all ones; `Word` is the element's bit pattern.
+template <class Word>
+void flip_low_bits(uint64_t base, Word* w, size_t n, Word mask, int exp_shift, Word exp_all) {
+  constexpr int per = 64 / (8 * static_cast<int>(sizeof(Word))) > 0 ? 64 / (8 * static_cast<int>(sizeof(Word))) : 1;
+  for (size_t i = 0; i < n; i += per) {
+    uint64_t r = splitmix64(base + i);
+    for (int k = 0; k < per && i + static_cast<size_t>(k) < n; ++k) {
+      Word& x = w[i + static_cast<size_t>(k)];
+      const Word e = static_cast<Word>((x >> exp_shift) & exp_all);
+      const Word bits = sizeof(Word) == 8 ? static_cast<Word>(splitmix64(r + static_cast<uint64_t>(k))) : static_cast<Word>(r);
+      if (sizeof(Word) < 8) r >>= 8 * sizeof(Word);
+      if (e != 0 && e != exp_all) x = static_cast<Word>(x ^ (bits & mask));
+    }
+  }
+}
+
+}  // namespace
+
+void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel) {
+  if (seed == 0 || !data) return;
+  const uint64_t base = splitmix64(util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
+                                                  static_cast<uint64_t>(position)));
+  switch (dtype) {
+    case DType::float32:
+      flip_low_bits<uint32_t>(base, static_cast<uint32_t*>(data), numel, 0x7FFFu, 23, 0xFFu);
+      break;
+    case DType::float64:
+      flip_low_bits<uint64_t>(base, static_cast<uint64_t*>(data), numel, (uint64_t(1) << 44) - 1, 52, 0x7FFu);
+      break;
+    case DType::float16:
+      flip_low_bits<uint16_t>(base, static_cast<uint16_t*>(data), numel, 0x7u, 10, 0x1Fu);
+      break;
+    case DType::bfloat16:
+      flip_low_bits<uint16_t>(base, static_cast<uint16_t*>(data), numel, 0x3u, 7, 0xFFu);
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace leap::env

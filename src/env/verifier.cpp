@@ -340,6 +340,20 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   std::vector<int> rewrite_inputs;  // fixed values (weights) are the problem's constants: kept
   for (size_t i = 0; i < n_in; ++i)
     if (task.spec().inputs[i].init.kind != tasks::InitSpec::Kind::file) rewrite_inputs.push_back(static_cast<int>(i));
+  // On the cpu backend every element of a normal floating input also changes a little for each
+  // run (env/input_rewrite.hpp perturb_input), except inputs that must keep their declared
+  // distribution exactly (`strict`, the problem's weights): code that keeps the last inputs and
+  // recomputes only what changed has nothing left to skip. (Uniform inputs, whose bounds a
+  // perturbation could cross, and the cuda backend: block rewrites only.)
+  std::vector<int> perturb_inputs;
+  for (size_t i = 0; i < n_in && backend_->reference_device().empty(); ++i) {
+    const DType dt = bound.tensors[i].dtype;
+    const bool floating = dt == DType::float32 || dt == DType::float64 || dt == DType::float16 || dt == DType::bfloat16;
+    const auto kind = task.spec().inputs[i].init.kind;  // unbounded: none is normal(0, 1)
+    if (floating && !task.spec().inputs[i].init.strict &&
+        (kind == tasks::InitSpec::Kind::normal || kind == tasks::InitSpec::Kind::none))
+      perturb_inputs.push_back(static_cast<int>(i));
+  }
   const int planned_runs = std::max(std::max(0, options_.warmup) + options_.trials, R);
   // The most runs a job can make without warmup_ms (trials go on to min_timed_ms, at most 100 x).
   const int max_runs =
@@ -395,6 +409,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     }
     treq.rewrite_seed = secret;
     treq.rewrite_inputs = rewrite_inputs;
+    treq.perturb_inputs = perturb_inputs;
     // Only some runs checked (outputs too large to keep every run's): on the cpu backend the
     // parent makes the copies, so code in the worker cannot read which runs are checked, and the
     // parent counts the runs made (WorkerPool, RunRequest::parent_snapshots).
@@ -446,6 +461,19 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       for (const auto& x : set_inputs[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
     std::vector<int> last_run(static_cast<size_t>(R), -1);
     for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
+    // The inputs run t was given: the rewritten set, perturbed for that run (a copy: the set
+    // itself stays as the rewrites made it, as the worker leaves it after each run).
+    auto perturbed = [&](const std::vector<torch::Tensor>& set, int t) {
+      if (treq.perturb_inputs.empty()) return set;
+      std::vector<torch::Tensor> out = set;
+      for (int p : treq.perturb_inputs) {
+        const BoundTensor& bt = bound.tensors[static_cast<size_t>(p)];
+        out[static_cast<size_t>(p)] = set[static_cast<size_t>(p)].clone();
+        perturb_input(secret, t, p, bt.dtype, out[static_cast<size_t>(p)].data_ptr(), static_cast<size_t>(bt.numel()));
+      }
+      return out;
+    };
+    std::vector<std::vector<torch::Tensor>> last_inputs(static_cast<size_t>(R));
     const std::string total_text = std::to_string(run.runs.size());
     int ordinal = 0;
     for (int t : run.runs) {
@@ -455,10 +483,15 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       for (auto& x : state[set]) ptrs.push_back(x.data_ptr());
       apply_rewrites(input_rewrites(secret, t, targets), ptrs);
       const Snapshot* snap = snapshot_for_run(treq, t);
-      if (!snap || t == last_run[set]) continue;  // the last run of a set is checked below
+      if (t == last_run[set]) {  // checked below, after the loop
+        last_inputs[set] = perturbed(state[set], t);
+        continue;
+      }
+      if (!snap) continue;
       std::vector<int> index = rotations[set];
       for (const auto& [pos, dst] : snap->copies) index[static_cast<size_t>(pos)] = dst;
-      if (auto bad = check(tbuf, index, state[set], reference(state[set]),
+      const std::vector<torch::Tensor> given = perturbed(state[set], t);
+      if (auto bad = check(tbuf, index, given, reference(given),
                            "on timed call " + std::to_string(ordinal) + " of " + total_text + " (input set " +
                                std::to_string(set + 1) + " of " + std::to_string(R) +
                                "; the inputs change between calls, so every call must compute its result from the "
@@ -469,8 +502,11 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       }
     }
     for (int r = 0; r < R; ++r) {
+      // Outputs against the reference on what the set's last run was given; the inputs against
+      // the set as the rewrites left it (the worker undid that run's perturbation).
       const auto& in = state[static_cast<size_t>(r)];
-      if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, reference(in),
+      const auto& given = last_inputs[static_cast<size_t>(r)].empty() ? in : last_inputs[static_cast<size_t>(r)];
+      if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, reference(given),
                            "after the timing loop (input set " + std::to_string(r + 1) + " of " + std::to_string(R) +
                                "; results must not depend on earlier calls)"))
         return bad;

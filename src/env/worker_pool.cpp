@@ -531,6 +531,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       req.warmup_ms = job.at("warmup_ms").get<double>();
       req.min_timed_ms = job.at("min_timed_ms").get<double>();
       req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
+      req.perturb_inputs = job.value("perturb_inputs", std::vector<int>{});
       if (job.value("parent_snapshots", false)) {
         // Each run reported, the parent's "go" awaited: it makes its copies meanwhile.
         req.parent_snapshots = true;
@@ -1044,6 +1045,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"warmup_ms", request.warmup_ms},
               {"min_timed_ms", request.min_timed_ms},
               {"rewrite_inputs", request.rewrite_inputs},
+              {"perturb_inputs", request.perturb_inputs},
               {"snapshots", json::array()},
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
