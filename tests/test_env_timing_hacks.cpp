@@ -107,9 +107,13 @@ TEST_CASE("env timing: results memoised between calls are wrong_output (inputs c
       "  int k = used < 8 ? used++ : 7;\n"
       "  key[k][0] = s0; key[k][1] = s1; key[k][2] = s2; memo[k] = new float[n];\n"
       "  for (int64_t i = 0; i < n; ++i) memo[k][i] = y[i] = x[i] > 0 ? x[i] : 0;",
-      11);  // 12 runs: most of them stale hits, whichever the secret
+      11);  // 12 runs
+  // With sparse rewrites alone the sampled values rarely changed, and most calls were stale hits
+  // (wrong_output). Every element of the input now changes for every call (perturb_input), so
+  // the key never hits: it computes every call, honestly, and earns nothing by its memo.
   CAPTURE(by_values.feedback);
-  CHECK(by_values.verdict == env::Verdict::wrong_output);
+  CHECK(by_values.verdict == env::Verdict::correct);
+  CHECK_FALSE(by_values.suspicious);
 
   // Computes only on its first call for each input set (counts the calls per pointer), then
   // leaves the output alone: caught by the poison and the checked calls.
