@@ -391,8 +391,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   const bool multi = std::max(0, request.warmup) + std::max(1, request.trials) > 1 || n_rot > 1;
   const std::vector<RewriteTarget> targets = rewrite_targets(plan, request);
   const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
-  // The perturbation of a run's floating inputs (env/input_rewrite.hpp): applied before the run,
-  // and again after it, which undoes it (the flip is its own inverse).
+  // The perturbation of a run's floating inputs (env/input_rewrite.hpp), after its block rewrites.
   auto perturb = [&](int run, size_t rot) {
     if (!multi) return;
     for (int p : request.perturb_inputs) {
@@ -436,7 +435,6 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     return std::max(0.0, monotonic_ms() - start - clock_cost);
   };
   hooks.after = [&](int run, size_t rot) {
-    perturb(run, rot);  // undone: the next run's rewrites start from this run's rewritten inputs
     if (const Snapshot* snap = snapshot_for_run(request, run))
       for (const auto& [position, dst] : snap->copies) {
         const size_t src = rotated_tensor(request, rot, position);

@@ -45,20 +45,21 @@ uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/// Flips `mask & random` of each element whose exponent field (from bit `exp_shift`, `exp_all`
-/// its all-ones value) is neither all zeros nor all ones; `Word` is the element's bit pattern.
-template <class Word>
-void flip_low_bits(uint64_t base, Word* w, size_t n, Word mask, int exp_shift, Word exp_all) {
-  constexpr int per = 64 / (8 * static_cast<int>(sizeof(Word))) > 0 ? 64 / (8 * static_cast<int>(sizeof(Word))) : 1;
-  for (size_t i = 0; i < n; i += per) {
-    uint64_t r = splitmix64(base + i);
-    for (int k = 0; k < per && i + static_cast<size_t>(k) < n; ++k) {
-      Word& x = w[i + static_cast<size_t>(k)];
-      const Word e = static_cast<Word>((x >> exp_shift) & exp_all);
-      const Word bits = sizeof(Word) == 8 ? static_cast<Word>(splitmix64(r + static_cast<uint64_t>(k))) : static_cast<Word>(r);
-      if (sizeof(Word) < 8) r >>= 8 * sizeof(Word);
-      if (e != 0 && e != exp_all) x = static_cast<Word>(x ^ (bits & mask));
-    }
+/// Flips the lowest `mask_bits` bits of each element whose exponent field (from bit `exp_shift`,
+/// `exp_all` its all-ones value) is neither all zeros nor all ones, where the high bits of a Weyl
+/// sequence (i * k1 + k0, odd k1, both from `key`) are set; `Word` is the element's bit pattern.
+/// One multiply an element and no branch, so the loop vectorises (16k float32 elements in a few
+/// microseconds). Nearly every element changes (a zero draw is one in 2^mask_bits).
+template <class Word, class Weyl>
+void flip_low_bits(uint64_t key, Word* w, size_t n, int mask_bits, int exp_shift, Word exp_all) {
+  const Weyl k0 = static_cast<Weyl>(key), k1 = static_cast<Weyl>(key >> 17) | 1u;
+  const int shift = 8 * static_cast<int>(sizeof(Weyl)) - mask_bits;
+  for (size_t i = 0; i < n; ++i) {
+    const Weyl r = static_cast<Weyl>(static_cast<Weyl>(i) * k1 + k0);
+    const Word x = w[i];
+    const Word e = static_cast<Word>((x >> exp_shift) & exp_all);
+    const Word keep = static_cast<Word>(-static_cast<Word>(e != 0 && e != exp_all));  // all ones when finite normal
+    w[i] = static_cast<Word>(x ^ (static_cast<Word>(r >> shift) & keep));
   }
 }
 
@@ -66,20 +67,20 @@ void flip_low_bits(uint64_t base, Word* w, size_t n, Word mask, int exp_shift, W
 
 void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel) {
   if (seed == 0 || !data) return;
-  const uint64_t base = splitmix64(util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
-                                                  static_cast<uint64_t>(position)));
+  uint64_t base = splitmix64(util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
+                                            static_cast<uint64_t>(position)));
   switch (dtype) {
     case DType::float32:
-      flip_low_bits<uint32_t>(base, static_cast<uint32_t*>(data), numel, 0x7FFFu, 23, 0xFFu);
+      flip_low_bits<uint32_t, uint32_t>(base, static_cast<uint32_t*>(data), numel, 15, 23, 0xFFu);
       break;
     case DType::float64:
-      flip_low_bits<uint64_t>(base, static_cast<uint64_t*>(data), numel, (uint64_t(1) << 44) - 1, 52, 0x7FFu);
+      flip_low_bits<uint64_t, uint64_t>(base, static_cast<uint64_t*>(data), numel, 44, 52, 0x7FFu);
       break;
     case DType::float16:
-      flip_low_bits<uint16_t>(base, static_cast<uint16_t*>(data), numel, 0x7u, 10, 0x1Fu);
+      flip_low_bits<uint16_t, uint32_t>(base, static_cast<uint16_t*>(data), numel, 3, 10, 0x1Fu);
       break;
     case DType::bfloat16:
-      flip_low_bits<uint16_t>(base, static_cast<uint16_t*>(data), numel, 0x3u, 7, 0xFFu);
+      flip_low_bits<uint16_t, uint32_t>(base, static_cast<uint16_t*>(data), numel, 2, 7, 0xFFu);
       break;
     default:
       break;

@@ -48,9 +48,9 @@ void apply_rewrites(const std::vector<BlockCopy>& copies, const std::vector<void
 /// bits flipped (float32: 15 of 23 bits, float64: 44 of 52, float16: 3 of 10, bfloat16: 2 of 7),
 /// drawn from (seed, run, `position`): about 99% of float32 elements change, each by less than
 /// 2^-8 of its magnitude (bfloat16: 2^-5), keeping its sign and binade. Zeros, subnormals,
-/// infinities and NaNs are unchanged; other dtypes are left alone. The flip is its own inverse:
-/// applied once before the run and once after it, the input is back to what the block rewrites
-/// made it, so nothing accumulates over a job's runs. The verifier perturbs only inputs of an
+/// infinities and NaNs are unchanged; other dtypes are left alone. Applied run after run, the
+/// flips accumulate only in those low bits: an element never leaves 2^-8 (float32) of the value
+/// it had before the job, whatever the number of runs. The verifier perturbs only inputs of an
 /// unbounded declared distribution (normal; a uniform input could cross its bound). Deterministic
 /// in its arguments: the worker applies it to a job's buffers, the verifier to copies of them.
 void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel);

@@ -461,19 +461,6 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       for (const auto& x : set_inputs[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
     std::vector<int> last_run(static_cast<size_t>(R), -1);
     for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
-    // The inputs run t was given: the rewritten set, perturbed for that run (a copy: the set
-    // itself stays as the rewrites made it, as the worker leaves it after each run).
-    auto perturbed = [&](const std::vector<torch::Tensor>& set, int t) {
-      if (treq.perturb_inputs.empty()) return set;
-      std::vector<torch::Tensor> out = set;
-      for (int p : treq.perturb_inputs) {
-        const BoundTensor& bt = bound.tensors[static_cast<size_t>(p)];
-        out[static_cast<size_t>(p)] = set[static_cast<size_t>(p)].clone();
-        perturb_input(secret, t, p, bt.dtype, out[static_cast<size_t>(p)].data_ptr(), static_cast<size_t>(bt.numel()));
-      }
-      return out;
-    };
-    std::vector<std::vector<torch::Tensor>> last_inputs(static_cast<size_t>(R));
     const std::string total_text = std::to_string(run.runs.size());
     int ordinal = 0;
     for (int t : run.runs) {
@@ -482,16 +469,15 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       std::vector<void*> ptrs;
       for (auto& x : state[set]) ptrs.push_back(x.data_ptr());
       apply_rewrites(input_rewrites(secret, t, targets), ptrs);
-      const Snapshot* snap = snapshot_for_run(treq, t);
-      if (t == last_run[set]) {  // checked below, after the loop
-        last_inputs[set] = perturbed(state[set], t);
-        continue;
+      for (int p : treq.perturb_inputs) {
+        const BoundTensor& bt = bound.tensors[static_cast<size_t>(p)];
+        perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()));
       }
-      if (!snap) continue;
+      const Snapshot* snap = snapshot_for_run(treq, t);
+      if (!snap || t == last_run[set]) continue;  // the last run of a set is checked below
       std::vector<int> index = rotations[set];
       for (const auto& [pos, dst] : snap->copies) index[static_cast<size_t>(pos)] = dst;
-      const std::vector<torch::Tensor> given = perturbed(state[set], t);
-      if (auto bad = check(tbuf, index, given, reference(given),
+      if (auto bad = check(tbuf, index, state[set], reference(state[set]),
                            "on timed call " + std::to_string(ordinal) + " of " + total_text + " (input set " +
                                std::to_string(set + 1) + " of " + std::to_string(R) +
                                "; the inputs change between calls, so every call must compute its result from the "
@@ -502,11 +488,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       }
     }
     for (int r = 0; r < R; ++r) {
-      // Outputs against the reference on what the set's last run was given; the inputs against
-      // the set as the rewrites left it (the worker undid that run's perturbation).
       const auto& in = state[static_cast<size_t>(r)];
-      const auto& given = last_inputs[static_cast<size_t>(r)].empty() ? in : last_inputs[static_cast<size_t>(r)];
-      if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, reference(given),
+      if (auto bad = check(tbuf, rotations[static_cast<size_t>(r)], in, reference(in),
                            "after the timing loop (input set " + std::to_string(r + 1) + " of " + std::to_string(R) +
                                "; results must not depend on earlier calls)"))
         return bad;
