@@ -388,6 +388,18 @@ class SpyBackend : public env::CpuBackend {
   Seen* s_;
 };
 
+/// The starter relu task at 1024 x 4096 on the cpu (16 MB of outputs a run), copied into `dir`.
+env::RuntimeTask big_relu(const test::TempDir& dir) {
+  fs::copy(kStarter + "/relu", dir.path / "relu", fs::copy_options::recursive);
+  const std::string file = (dir.path / "relu" / "task.yaml").string();
+  std::string yaml = test::read_file(file);
+  const std::string from = "sizes_cpu: {B: 16, N: 1024}";
+  REQUIRE(yaml.find(from) != std::string::npos);
+  yaml.replace(yaml.find(from), from.size(), "sizes_cpu: {B: 1024, N: 4096}");
+  std::ofstream(file) << yaml;
+  return env::RuntimeTask(tasks::load_task((dir.path / "relu").string()), "cpu");
+}
+
 env::VerifierOptions spy_options() {
   env::VerifierOptions vo;
   vo.seeds = 1;
@@ -406,16 +418,8 @@ TEST_CASE("env timing: when only some runs are checked, the worker never learns 
   // travel in the job, where code in the worker could read it and compute only those runs
   // (0.73x unflagged against an honest 0.18x in an adversarial check).
   test::TempDir dir;
-  fs::copy(kStarter + "/relu", dir.path / "relu", fs::copy_options::recursive);
-  {
-    std::string yaml = test::read_file((dir.path / "relu" / "task.yaml").string());
-    const std::string from = "sizes_cpu: {B: 16, N: 1024}";
-    REQUIRE(yaml.find(from) != std::string::npos);
-    yaml.replace(yaml.find(from), from.size(), "sizes_cpu: {B: 1024, N: 4096}");
-    std::ofstream((dir.path / "relu" / "task.yaml").string()) << yaml;
-  }
   const std::string answer = test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
-  env::RuntimeTask big(tasks::load_task((dir.path / "relu").string()), "cpu");
+  env::RuntimeTask big = big_relu(dir);
   leap::test::ForkedRig<Seen, SpyBackend> rig({"-O2", "-fPIC", "-shared"}, spy_options());
   const env::EvalResult r = rig.verifier->evaluate(big, answer);
   CAPTURE(r.feedback);
@@ -439,14 +443,7 @@ TEST_CASE("env timing: with parent copies, code that skips the work of some runs
   // Computes every third call only (from its fourth on): the parent's randomly drawn checked runs
   // and each set's last run find it.
   test::TempDir dir;
-  fs::copy(kStarter + "/relu", dir.path / "relu", fs::copy_options::recursive);
-  {
-    std::string yaml = test::read_file((dir.path / "relu" / "task.yaml").string());
-    const std::string from = "sizes_cpu: {B: 16, N: 1024}";
-    yaml.replace(yaml.find(from), from.size(), "sizes_cpu: {B: 1024, N: 4096}");
-    std::ofstream((dir.path / "relu" / "task.yaml").string()) << yaml;
-  }
-  env::RuntimeTask big(tasks::load_task((dir.path / "relu").string()), "cpu");
+  env::RuntimeTask big = big_relu(dir);
   leap::test::ForkedRig<Seen, SpyBackend> rig({"-O2", "-fPIC", "-shared"}, spy_options());
   const std::string skipper = relu_with("static int calls = 0;\n  if (++calls > 3 && calls % 3 != 0) return;");
   const env::EvalResult r = rig.verifier->evaluate(big, skipper);
