@@ -60,11 +60,14 @@ missing=()
 command -v cmake >/dev/null || missing+=("cmake (the build)")
 command -v ninja >/dev/null || missing+=("ninja (the build)")
 [ -f "$CUDA_HOME/include/cuda.h" ] || missing+=("the CUDA toolkit headers ($CUDA_HOME/include/cuda.h)")
-ls "$CUDA_HOME"/lib64/libnvrtc.so* "$CUDA_HOME"/targets/*/lib/libnvrtc.so* >/dev/null 2>&1 ||
+# (one existing path is enough: `ls A B` fails when either is missing)
+any_exists() { for f in "$@"; do [ -e "$f" ] && return 0; done; return 1; }
+any_exists "$CUDA_HOME"/lib64/libnvrtc.so* "$CUDA_HOME"/targets/*/lib/libnvrtc.so* ||
   missing+=("NVRTC ($CUDA_HOME/lib64/libnvrtc.so): without it the cuda backend is compiled out and the GPU tests would run nothing")
-ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' || ls /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 >/dev/null 2>&1 ||
+ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' || any_exists /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 ||
   missing+=("the NVIDIA driver (libcuda.so.1): no GPU here")
-if [ -z "$PY" ] || ! timeout 12 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)" >/dev/null 2>&1; then
+# A cold `import torch` (and CUDA's start-up) can take tens of seconds on a fresh machine.
+if [ -z "$PY" ] || ! timeout 40 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)" >/dev/null 2>&1; then
   missing+=("PyTorch with a usable GPU (LEAP_GPU_PYTHON=${PY:-none}: import torch; torch.cuda.is_available())")
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -86,6 +89,8 @@ if ls "$DEBS"/*.deb >/dev/null 2>&1; then
   export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig
   export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export PATH=$DEPS/usr/bin:$PATH
+  # Multiarch headers (OpenSSL's opensslconf.h, ...) are on no include path after dpkg -x.
+  export CPATH=$DEPS/usr/include:$DEPS/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
   command -v pkg-config >/dev/null || ln -sf "$DEPS/usr/bin/pkgconf" "$DEPS/usr/bin/pkg-config"
   echo "unpacked $(ls "$DEBS"/*.deb | wc -l) packages into $DEPS"
 else
@@ -97,8 +102,9 @@ stage "build"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available())"
 BUILD=${LEAP_GPU_BUILD:-build-gpu}
 JOBS=$(nproc)
-if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" >"$LOG/configure.log" 2>&1 &&
-   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap_tests bench_generate bench_update >"$LOG/build.log" 2>&1; then
+if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" -DLEAP_CUDA_HOME="$CUDA_HOME" \
+     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$LOG/configure.log" 2>&1 &&
+   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap-worker leap_tests bench_generate bench_update >"$LOG/build.log" 2>&1; then
   STATUS[build]="ok ($(elapsed) s)"
 else
   STATUS[build]="FAILED"
