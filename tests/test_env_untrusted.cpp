@@ -17,10 +17,13 @@
 #include <vector>
 
 #include "cli/environment.hpp"
+#include "env/binding.hpp"
 #include "env/cpu_backend.hpp"
 #include "env/launch_plan.hpp"
 #include "env/input_rewrite.hpp"
 #include "env/reply_check.hpp"
+#include "env/shared_buffers.hpp"
+#include "env/worker_pool.hpp"
 #include "env/task_runtime.hpp"
 #include "model/chat_format.hpp"
 #include "model/tokenizer.hpp"
@@ -511,4 +514,44 @@ TEST_CASE("env timing: perturb_input changes floats a little, keeps sign and bin
   std::vector<int64_t> ints = {1, 2, 3};
   env::perturb_input(7, 1, 2, env::DType::int64, ints.data(), ints.size());
   CHECK(ints == std::vector<int64_t>{1, 2, 3});
+}
+
+TEST_CASE("env sandbox: a worker under the cuda workers' file system loads its module from the job, wherever the cache is") {
+  // Issue "GPU I" item 1: a cuda worker sees the host tree read-only with a fresh /tmp, and read
+  // its module by its host path: a cache under /tmp (tests, --results-dir /tmp/...) or relative
+  // (results/cache/cuda, from another working folder) was never found. The module now travels as
+  // the open file the job passes, under either file system. A cpu backend under that file system
+  // stands for the cuda worker here (it needs no GPU).
+  test::TempDir tmp;  // under /tmp
+  const fs::path cwd = fs::current_path();
+  const std::string relative = fs::relative(tmp.path / "cache", cwd).string();
+  REQUIRE(relative.rfind("..", 0) == 0);  // relative, and under /tmp
+  for (const std::string& cache : {(tmp.path / "abs-cache").string(), relative}) {
+    CAPTURE(cache);
+    env::CpuBackendOptions o;
+    o.cache_dir = cache;
+    o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
+    auto backend = std::make_shared<env::CpuBackend>(o);
+    env::TaskInterface task;
+    task.inputs = {{"x", env::DType::float32, {"N"}}};
+    task.outputs = {{"y", env::DType::float32, {"N"}}};
+    task.sizes = {{"N", 64}};
+    const env::LaunchPlan plan =
+        env::parse_launch_plan("launches:\n  - kernel: twice\n    args: [x, y, N]\n", task, backend->plan_options());
+    const env::CompileOutcome c = backend->compile(
+        "#include <cstdint>\nextern \"C\" void twice(const float* x, float* y, int64_t n) { for (int64_t i = 0; i < n; ++i) y[i] = 2 * x[i]; }\n",
+        plan);
+    REQUIRE_MESSAGE(c.ok, c.log);
+    const env::BoundPlan bound = env::bind_plan(plan, task, backend->limits());
+    env::SharedBuffers buf(bound.tensors);
+    for (int i = 0; i < 64; ++i) buf.as<float>(0)[i] = static_cast<float>(i);
+    env::PoolOptions po;
+    po.workers = 1;
+    po.sandbox.filesystem = "host_readonly";
+    env::WorkerPool pool(backend, po);
+    const env::RunOutcome r = pool.run(c.artifact, bound, buf, env::RunRequest{});
+    CAPTURE(r.message);
+    REQUIRE(r.ok());
+    CHECK(buf.as<float>(1)[63] == 126.0f);
+  }
 }

@@ -45,6 +45,10 @@ struct SandboxOptions {
   int64_t file_size_mb = 64;   ///< RLIMIT_FSIZE: the largest file a child may write, MB
   int64_t open_files = 256;    ///< RLIMIT_NOFILE of a worker
   int64_t max_threads = 1024;  ///< threads of a cpu worker; past it the pool stops it (runtime_error)
+  /// The file system a worker sees: "minimal" (cpu workers' root) or "host_readonly" (the host's
+  /// tree read-only with a fresh /tmp: cuda workers); empty: by the backend. Tests use it to run
+  /// a cpu worker under the cuda workers' file system.
+  std::string filesystem;
 };
 
 /// The auto memory limit of a worker: a quarter of the machine's memory, clamped to

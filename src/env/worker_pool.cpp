@@ -807,7 +807,7 @@ std::string WorkerPool::worker_spec() const {
   // see the host's tree read-only and keep their uid; the code they run is device code only.
   return json{{"backend", json::parse(backend_->worker_spec())},
               {"mode", to_string(sb.mode)},
-              {"fs", cpu ? "minimal" : "host_readonly"},
+              {"fs", !sb.filesystem.empty() ? sb.filesystem : cpu ? "minimal" : "host_readonly"},
               {"drop_privileges", cpu},
               {"memory_mb", memory_limit_mb_},
               {"scratch_mb", sb.scratch_mb},
