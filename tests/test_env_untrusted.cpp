@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -193,13 +192,11 @@ TEST_CASE("env reply: an answer that writes its own reply frame is a runtime_err
 TEST_CASE("env reply: a frame header with no body is refused, and the watch runs while it waits") {
   // Only the header, then computing forever: before, the pool stopped watching and waited 30 s
   // for the body. The body must follow its header within 5 s.
-  const auto start = std::chrono::steady_clock::now();
+  // (The stall, not the CPU-time limit, ends it: the message names the bytes that came.)
   env::EvalResult spin = grade_relu(relu_with("forge(std::string(1000, ' '), true);\n  for (volatile int i = 0;; i = i + 1) {}"));
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CAPTURE(spin.feedback);
   CHECK(spin.verdict == env::Verdict::runtime_error);
   CHECK(contains(spin.feedback, "stopped after 8 of 1008 bytes"));
-  CHECK(s < 60);  // (5 s here, on an idle machine; the CPU-time limit is 10 s)
 
   // The header, then a flood of threads: the thread (or memory) watch still stops it.
   env::EvalResult flood = grade_relu(relu_with(

@@ -391,15 +391,6 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   const bool multi = std::max(0, request.warmup) + std::max(1, request.trials) > 1 || n_rot > 1;
   const std::vector<RewriteTarget> targets = rewrite_targets(plan, request);
   const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
-  // The perturbation of a run's floating inputs (env/input_rewrite.hpp), after its block rewrites.
-  auto perturb = [&](int run, size_t rot) {
-    if (!multi) return;
-    for (int p : request.perturb_inputs) {
-      const size_t ti = rotated_tensor(request, rot, p);
-      perturb_input(request.rewrite_seed, run, p, plan.tensors.at(ti).dtype, tensors.at(ti),
-                    static_cast<size_t>(plan.tensors.at(ti).numel()));
-    }
-  };
   RunHooks hooks;
   hooks.prepare = [&](int run, size_t rot) {
     if (!multi) return true;
@@ -409,7 +400,11 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
     }
     apply_rewrites(rewrites_for_run(request, targets, run), tensors);
-    perturb(run, rot);  // every element changes: no result of an earlier call stays useful
+    for (int p : request.perturb_inputs) {  // every element changes: no result of an earlier call stays useful
+      const size_t ti = rotated_tensor(request, rot, p);
+      perturb_input(request.rewrite_seed, run, p, plan.tensors.at(ti).dtype, tensors.at(ti),
+                    static_cast<size_t>(plan.tensors.at(ti).numel()));
+    }
     return true;
   };
   const double clock_cost = monotonic_ms_cost();

@@ -38,13 +38,6 @@ void apply_rewrites(const std::vector<BlockCopy>& copies, const std::vector<void
 
 namespace {
 
-uint64_t splitmix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /// Flips the lowest `mask_bits` bits of each element whose exponent field (from bit `exp_shift`,
 /// `exp_all` its all-ones value) is neither all zeros nor all ones, where the high bits of a Weyl
 /// sequence (i * k1 + k0, odd k1, both from `key`) are set; `Word` is the element's bit pattern.
@@ -67,8 +60,8 @@ void flip_low_bits(uint64_t key, Word* w, size_t n, int mask_bits, int exp_shift
 
 void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel) {
   if (seed == 0 || !data) return;
-  uint64_t base = splitmix64(util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
-                                            static_cast<uint64_t>(position)));
+  const uint64_t base = util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
+                                       static_cast<uint64_t>(position));
   switch (dtype) {
     case DType::float32:
       flip_low_bits<uint32_t, uint32_t>(base, static_cast<uint32_t*>(data), numel, 15, 23, 0xFFu);

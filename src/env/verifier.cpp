@@ -337,22 +337,20 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   const int R = options_.timing_sets;
   std::vector<std::vector<torch::Tensor>> set_inputs;
   for (int r = 0; r < R; ++r) set_inputs.push_back(make_inputs(task, input_seed(task, options_.seed, options_.seeds + r), -1));
-  std::vector<int> rewrite_inputs;  // fixed values (weights) are the problem's constants: kept
-  for (size_t i = 0; i < n_in; ++i)
-    if (task.spec().inputs[i].init.kind != tasks::InitSpec::Kind::file) rewrite_inputs.push_back(static_cast<int>(i));
-  // On the cpu backend every element of a normal floating input also changes a little for each
-  // run (env/input_rewrite.hpp perturb_input), except inputs that must keep their declared
-  // distribution exactly (`strict`, the problem's weights): code that keeps the last inputs and
-  // recomputes only what changed has nothing left to skip. (Uniform inputs, whose bounds a
-  // perturbation could cross, and the cuda backend: block rewrites only.)
-  std::vector<int> perturb_inputs;
-  for (size_t i = 0; i < n_in && backend_->reference_device().empty(); ++i) {
+  // Rewritten (block copies): every input but fixed values (the problem's weights). Perturbed as
+  // well, on the cpu backend: every element of a normal floating input changes a little for each
+  // run (env/input_rewrite.hpp perturb_input), unless it must keep its declared distribution
+  // exactly (`strict`), so code that keeps the last inputs and recomputes only what changed has
+  // nothing left to skip. (Uniform inputs, whose bounds a perturbation could cross, and the cuda
+  // backend: block rewrites only.)
+  std::vector<int> rewrite_inputs, perturb_inputs;
+  for (size_t i = 0; i < n_in; ++i) {
+    const tasks::InitSpec& init = task.spec().inputs[i].init;
+    if (init.kind != tasks::InitSpec::Kind::file) rewrite_inputs.push_back(static_cast<int>(i));
     const DType dt = bound.tensors[i].dtype;
     const bool floating = dt == DType::float32 || dt == DType::float64 || dt == DType::float16 || dt == DType::bfloat16;
-    const auto kind = task.spec().inputs[i].init.kind;  // unbounded: none is normal(0, 1)
-    if (floating && !task.spec().inputs[i].init.strict &&
-        (kind == tasks::InitSpec::Kind::normal || kind == tasks::InitSpec::Kind::none))
-      perturb_inputs.push_back(static_cast<int>(i));
+    const bool unbounded = init.kind == tasks::InitSpec::Kind::normal || init.kind == tasks::InitSpec::Kind::none;
+    if (reference_on_device && floating && unbounded && !init.strict) perturb_inputs.push_back(static_cast<int>(i));
   }
   const int planned_runs = std::max(std::max(0, options_.warmup) + options_.trials, R);
   // The most runs a job can make without warmup_ms (trials go on to min_timed_ms, at most 100 x).

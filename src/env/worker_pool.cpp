@@ -21,8 +21,8 @@
 #include <functional>
 #include <future>
 #include <sstream>
-#include <string>
 #include <optional>
+#include <string>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -92,6 +92,16 @@ enum class Recv { ok, eof, timeout, error };
 // What a worker sends once a job's memory is mapped, before it loads any code of the answer; the
 // parent then reads the worker's CPU clock and answers with one byte ("go").
 constexpr const char* kMappedFrame = "{\"phase\":\"mapped\"}";
+
+// Worker side: blocks until the parent's one-byte "go"; false when the socket closed.
+bool await_go(int sock) {
+  char go = 0;
+  ssize_t got;
+  do {
+    got = recv(sock, &go, 1, MSG_WAITALL);
+  } while (got < 0 && errno == EINTR);
+  return got == 1;
+}
 
 // Waits for readability until `deadline` (none if `timed` is false).
 Recv wait_readable(int sock, bool timed, Clock::time_point deadline) {
@@ -536,13 +546,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
         // Each run reported, the parent's "go" awaited: it makes its copies meanwhile.
         req.parent_snapshots = true;
         req.on_run_done = [sock](int run) {
-          if (!send_frame(sock, "{\"ran\":" + std::to_string(run) + "}")) return false;
-          char go = 0;
-          ssize_t got;
-          do {
-            got = recv(sock, &go, 1, MSG_WAITALL);
-          } while (got < 0 && errno == EINTR);
-          return got == 1;
+          return send_frame(sock, "{\"ran\":" + std::to_string(run) + "}") && await_go(sock);
         };
       }
       for (const auto& sj : job.at("snapshots")) {
@@ -596,12 +600,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       // Mapped, and no code of the answer loaded yet: say so, and wait for the parent's "go" (it
       // counts the job's CPU time from there).
       if (!send_frame(sock, kMappedFrame)) return 1;
-      char go = 0;
-      ssize_t got;
-      do {
-        got = recv(sock, &go, 1, MSG_WAITALL);
-      } while (got < 0 && errno == EINTR);
-      if (got != 1) return 0;  // the parent gave up on this job
+      if (!await_go(sock)) return 0;  // the parent gave up on this job
       out = req.reference ? backend.time_reference(*req.reference, plan, ptrs, req)
                           : backend.execute(art, plan, ptrs, req, current_launch);
     } catch (const std::bad_alloc&) {
@@ -1115,6 +1114,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   // snapshots and scratch buffers, and varies from job to job) is in neither the candidate's job
   // nor the no-op's, and the CPU-time bound compares the runs alone (docs/env.md "Timing").
   int reported_runs = 0;            // runs the worker reported one by one (parent_snapshots)
+  const int most_runs = max_job_runs(request, request.rotations.size());
   bool out_of_order_run = false;    // it reported a run out of order, or too many
   Watched watched = await_frame(w->pid, w->sock, reply, lim);
   WatchStart watch_start;           // the job's limits count from its "go"
@@ -1135,7 +1135,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
           t = json::parse(reply).at("ran").get<int>();
         } catch (const std::exception&) {
         }
-        if (t != reported_runs || reported_runs >= max_job_runs(request, std::max<size_t>(1, request.rotations.size()))) {
+        if (t != reported_runs || reported_runs >= most_runs) {
           watched.r = Recv::error;  // not the next run, or more than the job allows: refused below
           out_of_order_run = true;
           break;
@@ -1190,9 +1190,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     kill(w->pid, SIGKILL);
     out.verdict = Verdict::runtime_error;
     out.message = "the worker's reply was refused: it reported run " + std::to_string(reported_runs) +
-                  " out of order or past the job's " +
-                  std::to_string(max_job_runs(request, std::max<size_t>(1, request.rotations.size()))) +
-                  " runs (code must not write to the environment's job socket)";
+                  " out of order or past the job's " + std::to_string(most_runs) + " runs (code must not write to the environment's job socket)";
     dead = true;
   } else if (r == Recv::timeout && watched.stalled) {
     kill(-w->pid, SIGKILL);

@@ -100,11 +100,16 @@ std::vector<TokenId> chat_stop_ids(ChatFormat format, const Tokenizer& tok) {
 std::string escape_special_tokens(const Tokenizer& tok, std::string_view text) {
   static constexpr std::string_view kZeroWidthSpace = "\xE2\x80\x8B";
   std::vector<std::string_view> literals;
+  bool first_byte[256] = {};  // a literal can start only at one of these bytes
   for (const AddedToken& t : tok.added_tokens())
-    if (t.special && !t.content.empty()) literals.push_back(t.content);
+    if (t.special && !t.content.empty()) {
+      literals.push_back(t.content);
+      first_byte[static_cast<unsigned char>(t.content[0])] = true;
+    }
   std::string out;
   size_t done = 0;  // text[0, done) is in `out`
   for (size_t i = 0; i < text.size(); ++i) {
+    if (!first_byte[static_cast<unsigned char>(text[i])]) continue;
     bool hit = false;
     for (std::string_view lit : literals)
       if (text.compare(i, lit.size(), lit) == 0) {
