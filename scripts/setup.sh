@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(g++ cmake ninja-build ccache pkg-config git python3 python3-venv
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev doctest-dev libsqlite3-dev sqlite3
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libseccomp-dev libssl-dev gnuplot-nox
+  chromium  # the report's browser test (tests/test_report_browser.cpp) opens the HTML report headless
   libgloo-dev)  # headers only: c10d's ProcessGroupGloo.hpp needs them (src/dist, docs/distributed.md)
 
 say() { echo "[setup] $*"; }
@@ -46,4 +47,12 @@ if [ ! -f "$venv/.requirements-$key" ]; then
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$REQ"
   "$venv/bin/python" -c "import torch; assert torch.__version__.startswith('2.11.0'), torch.__version__"
   touch "$venv/.requirements-$key"
+fi
+# The tools' own packages (tensorboard, ...): into the same virtualenv, once per version of the file.
+TOOLS_REQ=tools/requirements-tools.txt
+tools_key=$(sha256sum "$TOOLS_REQ" | cut -c1-12)
+if [ ! -f "$venv/.tools-requirements-$tools_key" ]; then
+  say "installing the tools' Python packages into $venv ($TOOLS_REQ)"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$TOOLS_REQ"
+  touch "$venv/.tools-requirements-$tools_key"
 fi

@@ -46,10 +46,10 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-RunResult run_leap(const std::string& args) {
+RunResult run_leap(const std::string& args, const std::string& env_prefix) {
   TempDir tmp;
   std::string out = (tmp.path / "out").string(), err = (tmp.path / "err").string();
-  std::string cmd = "cd '" LEAP_SOURCE_DIR "' && '" + leap_binary() + "' " + args + " </dev/null >'" + out +
+  std::string cmd = "cd '" LEAP_SOURCE_DIR "' && " + env_prefix + " '" + leap_binary() + "' " + args + " </dev/null >'" + out +
                     "' 2>'" + err + "'";
   int status = std::system(cmd.c_str());
   RunResult r;

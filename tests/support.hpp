@@ -27,8 +27,9 @@ struct RunResult {
 std::string leap_binary();
 
 /// Runs `leap ARGS` through the shell (ARGS is shell text) from the source folder, with an
-/// empty stdin; captures stdout and stderr.
-RunResult run_leap(const std::string& args);
+/// empty stdin; captures stdout and stderr. `env_prefix` (shell text) goes before the binary, e.g.
+/// "env -u OMP_WAIT_POLICY".
+RunResult run_leap(const std::string& args, const std::string& env_prefix = "");
 
 /// Reads a whole file (empty when missing).
 std::string read_file(const std::string& path);

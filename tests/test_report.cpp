@@ -181,8 +181,9 @@ TEST_CASE("report: ablation table, curves, SVG plots and HTML over two runs (DCP
     MESSAGE("gnuplot is not installed: SVG checks skipped");
     return;
   }
-  for (const char* f : {"reward_vs_step.svg", "reward_vs_time.svg", "acc1_vs_step.svg", "acc1_vs_time.svg",
-                        "accT_vs_step.svg", "accT_vs_time.svg", "dcp_activation.svg"}) {
+  for (const char* f : {"acc1_vs_step.svg", "accT_vs_step.svg", "acc1_vs_env_calls.svg", "accT_vs_env_calls.svg",
+                        "acc1_vs_time.svg", "accT_vs_time.svg", "reward_vs_step.svg", "first_success_turn_vs_step.svg",
+                        "turns_per_pass_vs_step.svg", "env_calls_vs_step.svg", "dcp_activation.svg"}) {
     CAPTURE(f);
     std::string svg = leap::test::read_file((out / "plots" / f).string());
     REQUIRE(!svg.empty());

@@ -1,4 +1,5 @@
-// `leap export`: a run's turns as JSON lines, for the usual dataset tools.
+// `leap export`: a run's turns as JSON lines (the usual dataset tools), or its step and eval metrics
+// as TensorBoard event files (written by tools/tensorboard_export.py).
 #include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/python.hpp"
 #include "store/store.hpp"
 #include "util/error.hpp"
 
@@ -71,23 +73,74 @@ int64_t export_jsonl(store::Store& st, const std::string& run_id, std::ostream& 
   return n;
 }
 
+/// The TensorBoard tag of a stored metric: names with a '/' ("eval/acc@1") as they are, the
+/// trainer's step metrics under "train/".
+std::string tensorboard_tag(const std::string& metric) {
+  return metric.find('/') == std::string::npos ? "train/" + metric : metric;
+}
+
+/// Writes run `run_id`'s metrics as TensorBoard event files under `out_dir`/<run id>/ (through the
+/// project's Python, tools/tensorboard_export.py). Returns the number of scalars handed over.
+/// Throws leap::Error when the tool fails (nothing is left under `out_dir`/<run id> then).
+int64_t export_tensorboard(store::Store& st, const store::RunRow& run, const std::string& out_dir) {
+  nlohmann::json scalars = nlohmann::json::array();
+  store::Statement q = st.db().prepare(
+      "SELECT name, step, value, wall_time FROM metrics WHERE run_id = ?1 ORDER BY name, step, id");
+  q.bind_text(1, run.id);
+  while (q.step()) {
+    if (q.column_is_null(2)) continue;  // NaN was stored as NULL: nothing to draw
+    scalars.push_back({{"tag", tensorboard_tag(q.column_text(0))},
+                       {"step", q.column_int64(1)},
+                       {"value", q.column_double(2)},
+                       {"wall_time", q.column_double(3)}});
+  }
+  const nlohmann::json doc = {{"run", run.id}, {"config_yaml", run.config_yaml}, {"scalars", scalars}};
+  fs::create_directories(out_dir);
+  const fs::path tmp = fs::path(out_dir) / (".leap-scalars-" + run.id + ".json");
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (!f.flush()) throw Error("leap export: cannot write " + tmp.string());
+  }
+  int rc = 0;
+  try {
+    rc = run_python_tool("tensorboard_export.py", {"--scalars", tmp.string(), "--out", out_dir});
+  } catch (...) {
+    fs::remove(tmp);
+    throw;
+  }
+  fs::remove(tmp);
+  if (rc != 0) throw Error("leap export: tools/tensorboard_export.py failed (exit " + std::to_string(rc) + ")");
+  return static_cast<int64_t>(scalars.size());
+}
+
 }  // namespace
 
 Handler add_export(CLI::App& app, const GlobalOptions& g) {
-  auto* cmd = app.add_subcommand("export", "Export a run's turns (prompt, completion, verdict, rewards, advantage)");
+  auto* cmd = app.add_subcommand("export", "Export a run's turns (jsonl: prompt, completion, verdict, rewards, advantage) "
+                                            "or its metrics (tensorboard: event files under --out DIR/<run id>)");
   struct Opts {
     std::string run, format = "jsonl", out;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--run", o->run, "run id")->required();
-  cmd->add_option("--format", o->format, "jsonl")->check(CLI::IsMember({"jsonl"}))->capture_default_str();
-  cmd->add_option("--out", o->out, "output file (default: stdout)");
+  cmd->add_option("--format", o->format, "jsonl or tensorboard")
+      ->check(CLI::IsMember({"jsonl", "tensorboard"}))->capture_default_str();
+  cmd->add_option("--out", o->out, "jsonl: output file (default: stdout); tensorboard: the log folder (required)");
   return [o, &g]() -> int {
     if (!fs::exists(g.db)) throw UsageError("leap export: no store at " + g.db + " (give --db PATH)");
     store::OpenOptions oo;
     oo.read_only = true;
     store::Store st(g.db, oo);
-    if (!st.get_run(o->run)) throw UsageError("leap export: no run '" + o->run + "' in " + g.db);
+    auto run = st.get_run(o->run);
+    if (!run) throw UsageError("leap export: no run '" + o->run + "' in " + g.db);
+    if (o->format == "tensorboard") {
+      if (o->out.empty()) throw UsageError("leap export --format tensorboard: give --out DIR (the TensorBoard log folder)");
+      const int64_t n = export_tensorboard(st, *run, o->out);
+      std::fprintf(stderr, "exported %lld scalars of run %s; view with: tensorboard --logdir %s\n",
+                   static_cast<long long>(n), o->run.c_str(), o->out.c_str());
+      return 0;
+    }
     int64_t n = 0;
     if (o->out.empty()) {
       n = export_jsonl(st, o->run, std::cout);

@@ -11,7 +11,9 @@
 
 #include "cli/commands.hpp"
 #include "report/ablation.hpp"
+#include "report/html_report.hpp"
 #include "report/plots.hpp"
+#include "report/report_plots.hpp"
 #include "report/runs.hpp"
 #include "report/table.hpp"
 #include "store/store.hpp"
@@ -30,86 +32,6 @@ std::vector<std::string> split_ids(const std::string& s) {
   while (std::getline(in, id, ','))
     if (!id.empty()) out.push_back(id);
   return out;
-}
-
-std::string label(const report::RunSummary& r) { return r.run.name + " " + r.run.id; }
-
-/// The plots of DESIGN.md section 5: reward, Acc@1 and Acc@T against step and wall time, DCP activation.
-std::vector<report::PlotSpec> plot_specs(store::Store& st, const std::vector<report::RunSummary>& runs) {
-  int64_t T = 1;
-  for (const auto& r : runs) T = std::max(T, r.turns);
-  const std::string accT = "eval/acc@" + std::to_string(T);
-  struct Curve {
-    std::string stem, title, ylabel;
-    std::vector<std::string> names;
-  };
-  const std::vector<Curve> curves = {
-      {"reward", "mean reward", "reward_mean", {"reward_mean"}},
-      {"acc1", "Acc@1 (eval; train if no eval)", "Acc@1", {"eval/acc@1", "train_acc@1"}},
-      {"accT", "Acc@" + std::to_string(T) + " (eval; train Acc@T if no eval)", "Acc@T", {accT, "train_acc@T"}},
-  };
-  std::vector<report::PlotSpec> plots;
-  for (const auto& c : curves) {
-    report::PlotSpec by_step{c.stem + "_vs_step.svg", c.title + " per step", "step", c.ylabel, {}};
-    report::PlotSpec by_time{c.stem + "_vs_time.svg", c.title + " against wall time", "wall time (minutes)", c.ylabel, {}};
-    for (const auto& r : runs) {
-      report::Series s{label(r), {}, {}}, w{label(r), {}, {}};
-      for (const auto& p : report::first_series(st, r.run.id, c.names)) {
-        s.x.push_back(static_cast<double>(p.step));
-        s.y.push_back(p.value);
-        w.x.push_back((p.wall_time - r.run.started_at) / 60.0);
-        w.y.push_back(p.value);
-      }
-      by_step.lines.push_back(s);
-      by_time.lines.push_back(w);
-    }
-    plots.push_back(by_step);
-    plots.push_back(by_time);
-  }
-  report::PlotSpec dcp{"dcp_activation.svg", "DCP: share of groups expanded to debugging turns", "step",
-                       "activated groups (fraction)", {}};
-  for (const auto& r : runs) {
-    report::Series s{label(r), {}, {}};
-    store::Statement q = st.db().prepare(
-        "SELECT step, avg(dcp_activated) FROM groups WHERE run_id = ?1 GROUP BY step ORDER BY step");
-    q.bind_text(1, r.run.id);
-    while (q.step()) s.x.push_back(static_cast<double>(q.column_int64(0))), s.y.push_back(q.column_double(1));
-    if (s.x.empty())
-      for (const auto& p : report::first_series(st, r.run.id, {"activated_groups_frac"}))
-        s.x.push_back(static_cast<double>(p.step)), s.y.push_back(p.value);
-    dcp.lines.push_back(s);
-  }
-  plots.push_back(dcp);
-  return plots;
-}
-
-/// An SVG file's content without the XML declaration and DOCTYPE, for inlining in HTML.
-std::string inline_svg(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  std::string t = s.str();
-  size_t at = t.find("<svg");
-  return at == std::string::npos ? t : t.substr(at);
-}
-
-std::string html_document(const std::string& db, const report::Table& ablation,
-                          const std::vector<report::Table>& curves, const std::vector<std::string>& svgs,
-                          const std::string& plot_note) {
-  std::string h =
-      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>leap report</title>\n"
-      "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:1.5em}"
-      "th,td{border:1px solid #bbb;padding:3px 8px;text-align:right}th:first-child,td:first-child{text-align:left}"
-      "th{background:#eee}figure{display:inline-block;margin:0 1em 1em 0}</style>\n</head>\n<body>\n";
-  h += "<h1>leap report</h1>\n<p>store: " + report::html_escape(db) + "</p>\n";
-  h += report::render_html(ablation);
-  h += "<h2>Plots</h2>\n";
-  if (!plot_note.empty()) h += "<p>" + report::html_escape(plot_note) + "</p>\n";
-  for (const auto& f : svgs)
-    h += "<figure>\n" + inline_svg(f) + "\n<figcaption>" + report::html_escape(fs::path(f).filename().string()) +
-         "</figcaption>\n</figure>\n";
-  for (const auto& c : curves) h += report::render_html(c);
-  return h + "</body>\n</html>\n";
 }
 
 void write_file(const fs::path& p, const std::string& text) {
@@ -146,29 +68,31 @@ int run_report(const std::string& db, const std::string& runs_arg, const std::st
   for (const auto& r : runs) curves.push_back(report::curve_table(r.run.id, report::summarize_curves(st, r.run.id)));
 
   if (format == "html" && out_dir.empty()) out_dir = (fs::path(results_dir) / "report").string();
-  std::vector<std::string> svgs;
+  std::vector<report::WrittenPlot> svgs;
   std::string plot_note;
   if (!out_dir.empty()) {
     fs::create_directories(fs::path(out_dir) / "plots");
     if (report::gnuplot_available()) {
-      svgs = report::write_plots((fs::path(out_dir) / "plots").string(), plot_specs(st, runs));
+      svgs = report::write_plots((fs::path(out_dir) / "plots").string(), report::report_plots(st, runs));
       if (svgs.empty()) plot_note = "No curves to plot yet (the runs have no metric points).";
     } else {
       plot_note = "No plots: gnuplot is not installed (Debian: apt-get install gnuplot-nox; scripts/setup.sh does it).";
       spdlog::warn("leap report: {}", plot_note);
     }
   }
+  // Text, Markdown and HTML show the ablation cut into narrow tables; CSV keeps it whole.
+  const std::vector<report::Table> parts = report::split_ablation_table(ablation);
   std::string text;
   if (format == "table") {
-    text = report::render_text(ablation);
+    for (const auto& t : parts) text += (text.empty() ? "" : "\n") + report::render_text(t);
     for (const auto& c : curves) text += "\n" + report::render_text(c);
   } else if (format == "md") {
-    text = report::render_markdown(ablation);
+    for (const auto& t : parts) text += (text.empty() ? "" : "\n") + report::render_markdown(t);
     for (const auto& c : curves) text += "\n" + report::render_markdown(c);
   } else if (format == "csv") {
     text = report::render_csv(ablation);
   } else {
-    text = html_document(db, ablation, curves, svgs, plot_note);
+    text = report::html_report(db, parts, curves, svgs, plot_note);
   }
   if (!out_dir.empty()) {
     const std::string ext = format == "table" ? "txt" : format;

@@ -136,6 +136,41 @@ Table ablation_table(const std::vector<RunSummary>& runs, double target) {
   return t;
 }
 
+std::vector<Table> split_ablation_table(const Table& wide) {
+  auto is_accuracy = [](const std::string& h) {
+    return h == "steps" || h == "turns/pass" || h.rfind("eval_acc@", 0) == 0;
+  };
+  auto is_kernels = [](const std::string& h) {
+    return h == "fast_1" || h == "geomean_speedup" || h == "compile_rate" || h == "infra_errors";
+  };
+  size_t first_metric = wide.header.size();  // columns before "steps": arm, runs, switches
+  for (size_t c = 0; c < wide.header.size(); ++c)
+    if (wide.header[c] == "steps") {
+      first_metric = c;
+      break;
+    }
+  std::vector<Table> parts(4);
+  parts[0].title = wide.title + " (1/4: arms and the switches that differ)";
+  parts[1].title = "Accuracy (2/4): final evaluation; eval_acc@1_start is the first evaluation (before RL)";
+  parts[2].title = "Kernels (3/4): final evaluation";
+  parts[3].title = "Cost (4/4): training environment calls, seconds per step, tokens, wall time";
+  std::vector<std::vector<size_t>> cols(4, std::vector<size_t>{0});
+  for (size_t c = 1; c < wide.header.size(); ++c) {
+    const std::string& h = wide.header[c];
+    const size_t part = c < first_metric ? 0 : is_accuracy(h) ? 1 : is_kernels(h) ? 2 : 3;
+    cols[part].push_back(c);
+  }
+  for (size_t k = 0; k < parts.size(); ++k) {
+    for (size_t c : cols[k]) parts[k].header.push_back(wide.header[c]);
+    for (const auto& row : wide.rows) {
+      std::vector<std::string> r;
+      for (size_t c : cols[k]) r.push_back(c < row.size() ? row[c] : "");
+      parts[k].rows.push_back(std::move(r));
+    }
+  }
+  return parts;
+}
+
 Table curve_table(const std::string& run_id, const std::vector<CurveSummary>& curves) {
   Table t;
   t.title = "Run " + run_id + ": per-step curves";

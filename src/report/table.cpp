@@ -91,11 +91,23 @@ std::string render_csv(const Table& t) {
 std::string render_html(const Table& t) {
   std::string out = t.title.empty() ? "" : "<h2>" + html_escape(t.title) + "</h2>\n";
   out += "<table>\n<thead><tr>";
-  for (const auto& h : t.header) out += "<th>" + html_escape(h) + "</th>";
+  // Headers may break after '_' and '/' (activated_groups_%); "mean ± se" stays on one line.
+  auto header_cell = [](const std::string& h) {
+    std::string o;
+    for (char ch : h) o += html_escape(std::string(1, ch)) + (ch == '_' || ch == '/' ? "<wbr/>" : "");
+    return o;
+  };
+  auto cell = [](const std::string& c) {
+    std::string o = html_escape(c);
+    for (size_t at = o.find(" \u00b1 "); at != std::string::npos; at = o.find(" \u00b1 ", at))
+      o.replace(at, 4, "&nbsp;\u00b1&nbsp;");
+    return o;
+  };
+  for (const auto& h : t.header) out += "<th>" + header_cell(h) + "</th>";
   out += "</tr></thead>\n<tbody>\n";
   for (const auto& r : t.rows) {
     out += "<tr>";
-    for (const auto& c : r) out += "<td>" + html_escape(c) + "</td>";
+    for (const auto& c : r) out += "<td>" + cell(c) + "</td>";
     out += "</tr>\n";
   }
   return out + "</tbody>\n</table>\n";
