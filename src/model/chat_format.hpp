@@ -32,14 +32,15 @@ ChatFormat resolve_chat_format(ChatFormat requested, std::string_view model_type
 /// Renders `messages` (plain text with the special tokens' literal text, to be encoded with
 /// split_special_tokens on).
 /// ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per message; the generation prompt is
-/// "<|im_start|>assistant\n". No default system message is added.
+/// "<|im_start|>assistant\n". `default_system` (the checkpoint template's, chat_template.hpp) is
+/// rendered as a first system message when the conversation does not start with one (both formats).
 /// Llama3: "<|begin_of_text|>" then "<|start_header_id|>{role}<|end_header_id|>\n\n{trimmed
 /// content}<|eot_id|>" per message; the generation prompt is
 /// "<|start_header_id|>assistant<|end_header_id|>\n\n". Content is whitespace-trimmed as the
 /// Llama-3 template does; no date/tools system preamble is added.
 /// Throws leap::ModelError for Auto.
 std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt);
+                        bool add_generation_prompt, std::string_view default_system = {});
 
 /// `text` with every literal of `tok`'s special added tokens ("<|im_start|>", "<|im_end|>", ...)
 /// broken by a zero-width space (U+200B) after its first byte, so that a chat rendered around it

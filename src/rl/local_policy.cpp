@@ -7,8 +7,12 @@
 namespace leap::rl {
 
 LocalPolicy::LocalPolicy(model::Transformer& model, const model::Tokenizer& tok, model::ChatFormat format,
-                         int64_t max_batch)
-    : model_(model), tok_(tok), format_(format), max_batch_(std::max<int64_t>(1, max_batch)) {
+                         int64_t max_batch, std::string default_system)
+    : model_(model),
+      tok_(tok),
+      format_(format),
+      max_batch_(std::max<int64_t>(1, max_batch)),
+      default_system_(std::move(default_system)) {
   for (auto id : model::chat_stop_ids(format_, tok_)) stop_ids_.push_back(id);
 }
 
@@ -25,10 +29,10 @@ Prompt escaped(const model::Tokenizer& tok, const Prompt& prompt) {
 
 }  // namespace
 
-std::string LocalPolicy::render(const Prompt& prompt) { return model::render_chat(format_, escaped(tok_, prompt), true); }
+std::string LocalPolicy::render(const Prompt& prompt) { return model::render_chat(format_, escaped(tok_, prompt), true, default_system_); }
 
 std::vector<int64_t> LocalPolicy::encode_prompt(const Prompt& prompt) const {
-  const auto ids = tok_.encode(model::render_chat(format_, escaped(tok_, prompt), true));
+  const auto ids = tok_.encode(model::render_chat(format_, escaped(tok_, prompt), true, default_system_));
   return {ids.begin(), ids.end()};
 }
 

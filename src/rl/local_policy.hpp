@@ -15,8 +15,10 @@ namespace leap::rl {
 class LocalPolicy : public Policy {
  public:
   /// `model` and `tok` must outlive the policy. The chat format must be resolved (not Auto).
+  /// `default_system`: the checkpoint template's default system message (model::
+  /// checkpoint_chat_template), rendered when a prompt does not start with a system message.
   LocalPolicy(model::Transformer& model, const model::Tokenizer& tok, model::ChatFormat format,
-              int64_t max_batch = 64);
+              int64_t max_batch = 64, std::string default_system = "");
   std::vector<Sample> generate(const std::vector<Prompt>& prompts, const SampleOptions& options) override;
   int64_t count_tokens(const Prompt& prompt) override;
   std::string render(const Prompt& prompt) override;
@@ -35,6 +37,7 @@ class LocalPolicy : public Policy {
   const model::Tokenizer& tok_;
   model::ChatFormat format_;
   int64_t max_batch_;
+  std::string default_system_;
   std::vector<int64_t> stop_ids_;
   c10::ScalarType compute_dtype_ = c10::ScalarType::Undefined;
 };

@@ -1,5 +1,7 @@
 #include "rl/trainer.hpp"
 
+#include "model/chat_template.hpp"
+
 #include "rl/crash_guard.hpp"
 #include "util/fatal.hpp"
 
@@ -358,7 +360,8 @@ void load_model(Run& r) {
   }
   const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
                                               r.model->config().model_type_name, *r.tok);
-  r.policy = std::make_unique<LocalPolicy>(r.model, *r.tok, fmt);
+  r.policy = std::make_unique<LocalPolicy>(r.model, *r.tok, fmt, 64,
+                                           model::checkpoint_chat_template(exp.model.path, fmt).default_system);
   // Rollouts in the update's compute dtype: bf16 (autocast, bf16 KV cache) over the fp32 master
   // weights on a GPU, unless model.dtype is fp32.
   if (r.device.is_cuda() && exp.model.dtype != "fp32") r.policy->set_compute_dtype(torch::kBFloat16);
