@@ -9,6 +9,6 @@
 int main(int argc, char** argv) {
   if (leap::env::is_zygote_invocation(argc, argv)) return leap::env::zygote_main(argc, argv);
   if (leap::rl::is_mark_failed_invocation(argc, argv)) return leap::rl::mark_failed_main(argc, argv);
-  leap::util::ensure_passive_omp_wait(argc, argv);  // may restart the process (libgomp reads it at load)
+  leap::util::ensure_short_omp_spin(argc, argv);  // may restart the process (libgomp reads it at load)
   return leap::cli::run(argc, argv);
 }

@@ -130,7 +130,7 @@ TEST_CASE("report: the HTML report in headless Chromium at 1400 px: every plot a
     CHECK(p["w"].get<double>() >= 600);
     CHECK(p["h"].get<double>() >= 300);  // the viewBox's aspect ratio, not a 150 px strip
   }
-  REQUIRE(m["tables"].size() >= 4);  // the ablation cut into arms / accuracy / kernels / cost
+  REQUIRE(m["tables"].size() >= 5);  // the ablation cut into arms, accuracy, kernels, env calls, time
   for (const auto& right : m["tables"]) CHECK(right.get<double>() <= 1400);
 
   const fs::path shot = tmp.path / "report.png";

@@ -8,6 +8,7 @@
 
 #include "env/nvrtc_compiler.hpp"
 #include "env/sandbox.hpp"
+#include "util/omp_policy.hpp"
 #if LEAP_HAVE_NVRTC
 #include "env/cuda_driver.hpp"
 #endif
@@ -19,10 +20,7 @@ std::string describe_devices(const config::Experiment& exp, bool cuda_policy, in
                                 : fmt::format("policy: cpu ({} threads)", exp.model.cpu_threads > 0
                                                                              ? static_cast<int>(exp.model.cpu_threads)
                                                                              : at::get_num_threads());
-  if (!cuda_policy) {  // util/omp_policy.hpp: passive unless the user chose otherwise
-    const char* wait = std::getenv("OMP_WAIT_POLICY");
-    out += fmt::format(", OpenMP wait policy {}", wait && *wait ? wait : "unset (libgomp spins)");
-  }
+  if (!cuda_policy) out += fmt::format(", OpenMP wait {}", util::omp_wait_setting());  // util/omp_policy.hpp
   out += fmt::format(", libtorch {}; env: {} backend, {} workers", TORCH_VERSION, exp.env.backend, exp.env.workers);
 #if LEAP_HAVE_NVRTC
   std::string why;

@@ -1,6 +1,8 @@
 // `leap version`: what this binary is and what it can reach.
 #include <CLI/CLI.hpp>
 #include <torch/cuda.h>
+
+#include "util/omp_policy.hpp"
 #include <cstdlib>
 #include <torch/version.h>
 
@@ -24,9 +26,8 @@ Handler add_version(CLI::App& app, const GlobalOptions& g) {
     std::cout << "leap " << LEAP_VERSION << "\n";
     std::cout << "git commit: " << leap::git_commit() << "\n";
     std::cout << "libtorch: " << TORCH_VERSION << "\n";
-    // What libgomp was loaded with (util/omp_policy.hpp restarts leap with PASSIVE when unset).
-    const char* wait = std::getenv("OMP_WAIT_POLICY");
-    std::cout << "openmp wait policy: " << (wait && *wait ? wait : "unset (libgomp spins at barriers)") << "\n";
+    // What libgomp was loaded with (util/omp_policy.hpp restarts leap with a short spin when unset).
+    std::cout << "openmp wait: " << util::omp_wait_setting() << "\n";
     // torch::cuda::device_count() loads the CUDA runtime lazily and asks the driver; with no
     // driver or no GPU it answers 0 rather than failing.
     int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());

@@ -143,21 +143,26 @@ std::vector<Table> split_ablation_table(const Table& wide) {
   auto is_kernels = [](const std::string& h) {
     return h == "fast_1" || h == "geomean_speedup" || h == "compile_rate" || h == "infra_errors";
   };
+  auto is_time = [](const std::string& h) {
+    return h == "env_s/step" || h == "gen_s/step" || h == "update_s/step" || h == "wall_s" || h.rfind("s_to_", 0) == 0;
+  };
   size_t first_metric = wide.header.size();  // columns before "steps": arm, runs, switches
   for (size_t c = 0; c < wide.header.size(); ++c)
     if (wide.header[c] == "steps") {
       first_metric = c;
       break;
     }
-  std::vector<Table> parts(4);
-  parts[0].title = wide.title + " (1/4: arms and the switches that differ)";
-  parts[1].title = "Accuracy (2/4): final evaluation; eval_acc@1_start is the first evaluation (before RL)";
-  parts[2].title = "Kernels (3/4): final evaluation";
-  parts[3].title = "Cost (4/4): training environment calls, seconds per step, tokens, wall time";
-  std::vector<std::vector<size_t>> cols(4, std::vector<size_t>{0});
+  std::vector<Table> parts(5);
+  parts[0].title = wide.title + " (1/5: arms and the switches that differ)";
+  parts[0].wrap = true;  // config values (model paths) may be long
+  parts[1].title = "Accuracy (2/5): final evaluation; eval_acc@1_start is the first evaluation (before RL)";
+  parts[2].title = "Kernels (3/5): final evaluation";
+  parts[3].title = "Environment calls (4/5): training turns evaluated, DCP activation, tokens per success";
+  parts[4].title = "Time (5/5): seconds per step, wall time, time to the target";
+  std::vector<std::vector<size_t>> cols(parts.size(), std::vector<size_t>{0});
   for (size_t c = 1; c < wide.header.size(); ++c) {
     const std::string& h = wide.header[c];
-    const size_t part = c < first_metric ? 0 : is_accuracy(h) ? 1 : is_kernels(h) ? 2 : 3;
+    const size_t part = c < first_metric ? 0 : is_accuracy(h) ? 1 : is_kernels(h) ? 2 : is_time(h) ? 4 : 3;
     cols[part].push_back(c);
   }
   for (size_t k = 0; k < parts.size(); ++k) {

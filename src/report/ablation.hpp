@@ -42,10 +42,11 @@ std::vector<Arm> group_arms(const std::vector<RunSummary>& runs);
 Table ablation_table(const std::vector<RunSummary>& runs, double target);
 
 /// The ablation table cut into tables narrow enough for a 1400 px window, each starting with the
-/// arm: "arms" (runs and the differing switches), "accuracy" (steps, Acc@1 at the start, final
-/// Acc@1..T, turns per pass), "kernels" (fast_1, geo-mean speedup, compile rate, infra errors) and
-/// "cost" (activated groups, env calls, seconds per step, tokens per success, wall time, time to
-/// target). Every column of `wide` lands in exactly one of them.
+/// arm: "arms" (runs and the differing switches; its cells may wrap), "accuracy" (steps, Acc@1 at
+/// the start, final Acc@1..T, turns per pass), "kernels" (fast_1, geo-mean speedup, compile rate,
+/// infra errors), "environment calls" (activated groups, env calls, env calls per step, tokens per
+/// success) and "time" (seconds per step, wall time, time to target). Every column of `wide` lands
+/// in exactly one of them.
 std::vector<Table> split_ablation_table(const Table& wide);
 
 /// Per-run curve summaries: metric, points, first, last, min, max, mean of the last 10%.

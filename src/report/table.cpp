@@ -90,7 +90,7 @@ std::string render_csv(const Table& t) {
 
 std::string render_html(const Table& t) {
   std::string out = t.title.empty() ? "" : "<h2>" + html_escape(t.title) + "</h2>\n";
-  out += "<table>\n<thead><tr>";
+  out += t.wrap ? "<table class=\"wrap\">\n<thead><tr>" : "<table>\n<thead><tr>";
   // Headers may break after '_' and '/' (activated_groups_%); "mean ± se" stays on one line.
   auto header_cell = [](const std::string& h) {
     std::string o;

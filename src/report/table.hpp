@@ -10,6 +10,7 @@ struct Table {
   std::string title;
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
+  bool wrap = false;  ///< HTML: cells may wrap anywhere (long config values); else they keep one line
 };
 
 /// Aligned plain text (columns padded with spaces, a dashed rule under the header).
@@ -18,7 +19,7 @@ std::string render_text(const Table& t);
 std::string render_markdown(const Table& t);
 /// RFC 4180 CSV (cells with a comma, quote or newline are quoted).
 std::string render_csv(const Table& t);
-/// An HTML <table> (cells escaped), with the title as a <h2>.
+/// An HTML <table> (cells escaped), with the title as a <h2>; class "wrap" when `t.wrap`.
 std::string render_html(const Table& t);
 /// `s` with & < > " ' escaped for HTML / XML text and attributes.
 std::string html_escape(const std::string& s);
