@@ -17,22 +17,19 @@ struct ArmCurves {
   bool zero_sum_reward = false;  ///< reward.kind rank: the group's rewards sum to zero
 };
 
-std::string axis_label(XAxis a) {
-  switch (a) {
-    case XAxis::step: return "training step";
-    case XAxis::wall_min: return "wall time since the run started (minutes)";
-    case XAxis::env_calls: return "environment calls (training turns evaluated, cumulative)";
-  }
-  return "";
-}
+/// An x-axis's file-name part and label (with units).
+struct AxisText {
+  const char* stem;
+  const char* label;
+};
 
-std::string axis_stem(XAxis a) {
+AxisText axis_text(XAxis a) {
   switch (a) {
-    case XAxis::step: return "step";
-    case XAxis::wall_min: return "time";
-    case XAxis::env_calls: return "env_calls";
+    case XAxis::step: return {"step", "training step"};
+    case XAxis::wall_min: return {"time", "wall time since the run started (minutes)"};
+    case XAxis::env_calls: return {"env_calls", "environment calls (training turns evaluated, cumulative)"};
   }
-  return "";
+  return {"", ""};
 }
 
 Series series(const std::string& title, const ArmCurve& c, Series::Style style, int colour) {
@@ -53,9 +50,9 @@ std::string spread_note(const std::vector<ArmCurves>& arms) {
 PlotSpec accuracy_plot(const std::vector<ArmCurves>& arms, const std::string& which, XAxis axis) {
   const bool at1 = which == "1";
   PlotSpec p;
-  p.file = std::string(at1 ? "acc1" : "accT") + "_vs_" + axis_stem(axis) + ".svg";
+  p.file = std::string(at1 ? "acc1" : "accT") + "_vs_" + axis_text(axis).stem + ".svg";
   p.title = at1 ? "Acc@1: train (the step's rollouts) and eval" : "Acc@T (pass rate at any turn): train and eval";
-  p.xlabel = axis_label(axis);
+  p.xlabel = axis_text(axis).label;
   p.ylabel = at1 ? "Acc@1 (share correct at turn 1)" : "Acc@T (share correct at any turn)";
   p.yrange = std::make_pair(0.0, 1.0);
   for (size_t i = 0; i < arms.size(); ++i) {
@@ -75,7 +72,7 @@ PlotSpec accuracy_plot(const std::vector<ArmCurves>& arms, const std::string& wh
 PlotSpec step_plot(const std::vector<ArmCurves>& arms, const std::string& curve, const std::string& file,
                    const std::string& title, const std::string& ylabel, const std::string& caption,
                    bool (*keep)(const ArmCurves&) = nullptr) {
-  PlotSpec p{file, title, axis_label(XAxis::step), ylabel, {}, std::nullopt, caption + spread_note(arms)};
+  PlotSpec p{file, title, axis_text(XAxis::step).label, ylabel, {}, std::nullopt, caption + spread_note(arms)};
   for (size_t i = 0; i < arms.size(); ++i)
     if (!keep || keep(arms[i]))
       p.lines.push_back(series(arms[i].label, average_over_seeds(arms[i].runs, curve, XAxis::step), Series::Style::line,
