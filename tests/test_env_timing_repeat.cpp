@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "cli/environment.hpp"
 #include "env/task_runtime.hpp"
@@ -63,26 +64,29 @@ TEST_CASE("env timing: the same answer timed twice gives candidate-time and spee
   auto env = cli::make_environment(e, "cpu");
   env::RuntimeTask task(tasks::load_task((dir.path / "task").string()), "cpu");
 
-  auto a = env->verifier->evaluate(task, kAnswer);  // (compiles; the second is a cache hit)
-  auto b = env->verifier->evaluate(task, kAnswer);
-  CAPTURE(a.feedback);
-  CAPTURE(b.feedback);
-  REQUIRE(a.verdict == env::Verdict::correct);
-  REQUIRE(b.verdict == env::Verdict::correct);
-  // One schedule for both sides: the same number of trials (no time box, no minimum duration).
-  for (const auto* r : {&a, &b}) {
-    CHECK(r->details.at("trials_candidate") == "31");
-    CHECK(r->details.at("trials_reference") == "31");
-    CHECK(r->details.at("reference_device") == "cpu");
+  // Up to three measurements; two of them must agree within the band. Under `ctest -j 2` a test
+  // beside this one (a Python reference forward, a browser) can take the memory bandwidth during
+  // one measurement and not the next, which once put a single pair at 2.4x in CI; a systematic
+  // disagreement (state leaking from one evaluation into the next) fails every pair.
+  std::vector<env::EvalResult> runs;
+  auto agree = [](const env::EvalResult& x, const env::EvalResult& y) {
+    const double c = x.candidate_ms / y.candidate_ms, s = x.speedup / y.speedup;
+    return c > 1 / kBand && c < kBand && s > 1 / kBand && s < kBand;
+  };
+  bool agreed = false;
+  for (int k = 0; k < 3 && !agreed; ++k) {
+    runs.push_back(env->verifier->evaluate(task, kAnswer));  // (the first compiles; then cache hits)
+    const auto& r = runs.back();
+    CAPTURE(r.feedback);
+    REQUIRE(r.verdict == env::Verdict::correct);
+    // One schedule for both sides: the same number of trials (no time box, no minimum duration).
+    CHECK(r.details.at("trials_candidate") == "31");
+    CHECK(r.details.at("trials_reference") == "31");
+    CHECK(r.details.at("reference_device") == "cpu");
+    MESSAGE("measurement " << k + 1 << ": candidate " << r.candidate_ms << " ms, speedup " << r.speedup);
+    for (size_t j = 0; j + 1 < runs.size(); ++j) agreed = agreed || agree(runs[j], r);
   }
-  const double cand_ratio = a.candidate_ms / b.candidate_ms;
-  const double speedup_ratio = a.speedup / b.speedup;
-  MESSAGE("candidate " << a.candidate_ms << " / " << b.candidate_ms << " ms (ratio " << cand_ratio << "), speedup "
-                       << a.speedup << " / " << b.speedup << " (ratio " << speedup_ratio << ")");
-  CHECK(cand_ratio > 1 / kBand);
-  CHECK(cand_ratio < kBand);
-  CHECK(speedup_ratio > 1 / kBand);
-  CHECK(speedup_ratio < kBand);
+  CHECK_MESSAGE(agreed, "no two of " << runs.size() << " measurements agree within " << kBand << "x");
 }
 
 TEST_SUITE_END();
