@@ -39,6 +39,8 @@ def main():
         print(f"real_model_reference: {e}", file=sys.stderr)
         return 4
     os.makedirs(out, exist_ok=True)
+    # One thread: the test runs beside others under `ctest -j 2`, some of them timing-sensitive.
+    torch.set_num_threads(int(os.environ.get("LEAP_REFERENCE_THREADS", "1")))
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     texts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in CONVERSATIONS]
