@@ -122,4 +122,16 @@ TEST_CASE("model import gguf: a file that is not GGUF, or an architecture leap d
   CHECK(g.err.find("architecture 'gpt2' is not supported") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
   for (const auto& e : fs::directory_iterator(tmp.path)) CHECK(e.path().filename().string().rfind(".gguf-import-", 0) != 0);
+  // An --out that is a file, or a folder holding anything but an earlier import, is never replaced.
+  const fs::path keep = tmp.path / "keep";
+  fs::create_directories(keep);
+  { std::ofstream(keep / "notes.txt") << "mine\n"; }
+  auto k = leap::test::run_leap("model import gguf " + gpt2.string() + " --out " + keep.string());
+  CHECK(k.rc == 2);
+  CHECK(k.err.find("holds other files") != std::string::npos);
+  CHECK(fs::exists(keep / "notes.txt"));
+  auto f = leap::test::run_leap("model import gguf " + gpt2.string() + " --out " + bad.string());
+  CHECK(f.rc == 2);
+  CHECK(f.err.find("is not a folder") != std::string::npos);
+  CHECK(leap::test::read_file(bad.string()) == "not a gguf file\n");
 }

@@ -209,6 +209,12 @@ TEST_CASE("report: runs that differ only in seed form one arm with mean and spre
   CHECK(contains(r.out, "0.800 ± 0.000"));  // both seeds end at eval acc@1 0.8
   CHECK(contains(r.out, "| dcp_off (20260101-000000-bbbb) | 1 | false |"));
   CHECK(run_leap("--db " + db + " report --runs nosuchrun").rc == 2);
+  // A repeated id (and spaces around ids) is one run, not a second seed.
+  auto dup = run_leap("--db " + db + " report --format md --runs '20260101-000000-bbbb, 20260101-000000-bbbb'");
+  REQUIRE(dup.rc == 0);
+  CHECK(contains(dup.out, "| dcp_off (20260101-000000-bbbb) | 1 |"));
+  // The time-to-target column keeps the target's digits.
+  CHECK(contains(run_leap("--db " + db + " report --format csv --target 0.655").out, "s_to_acc@1>=0.655"));
 }
 
 TEST_CASE("export: one JSON line per turn with prompt, completion, verdict, rewards and advantage") {

@@ -88,6 +88,15 @@ def main():
     if not os.path.isfile(a.file):
         fail(f"{a.file}: no such file")
     out = os.path.abspath(a.out)
+    # Only an empty folder or an earlier import is replaced: never a file, the current folder or a
+    # folder holding anything else.
+    if os.path.lexists(out):
+        if not os.path.isdir(out) or os.path.islink(out):
+            fail(f"--out {a.out}: exists and is not a folder; give a new folder")
+        if os.listdir(out) and not os.path.isfile(os.path.join(out, "leap_import.json")):
+            fail(f"--out {a.out}: the folder holds other files (not an earlier `leap model import`); give a new folder")
+        if os.path.samefile(out, os.getcwd()) or os.path.commonpath([out, os.getcwd()]) == out:
+            fail(f"--out {a.out}: is the current folder or holds it; give another folder")
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(prefix=".gguf-import-", dir=parent)
@@ -126,6 +135,13 @@ def main():
         with open(os.path.join(stage, "leap_import.json"), "w", encoding="utf-8") as f:
             json.dump({"source": os.path.basename(a.file), "gguf": name, "architecture": arch, "tensor_types": kinds,
                        "dtype": a.dtype, "transformers": transformers.__version__}, f, indent=2)
+        # tempfile makes owner-only folders and safetensors an owner-only file: give the result the
+        # permissions of any file this user creates (umask), so that others can read the model.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(stage, 0o777 & ~umask)
+        for f in os.listdir(stage):
+            os.chmod(os.path.join(stage, f), 0o666 & ~umask)
         old = None
         if os.path.exists(out):
             old = os.path.join(work, "old")

@@ -52,6 +52,16 @@ def main():
             w.add_scalar(s["tag"], float(v), global_step=int(s["step"]), walltime=float(s["wall_time"]))
             n += 1
         w.close()
+        # mkdtemp made an owner-only folder: give it the permissions of any folder this user
+        # creates (umask), so that TensorBoard run by another user can read it.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        for root, dirs, files in os.walk(tmp):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o777 & ~umask)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o666 & ~umask)
         final = os.path.join(a.out, run)
         old = None
         if os.path.exists(final):

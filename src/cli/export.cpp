@@ -9,6 +9,8 @@
 #include <fstream>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "cli/commands.hpp"
 #include "cli/python.hpp"
 #include "store/store.hpp"
@@ -96,7 +98,9 @@ int64_t export_tensorboard(store::Store& st, const store::RunRow& run, const std
   }
   const nlohmann::json doc = {{"run", run.id}, {"config_yaml", run.config_yaml}, {"scalars", scalars}};
   fs::create_directories(out_dir);
-  const fs::path tmp = fs::path(out_dir) / (".leap-scalars-" + run.id + ".json");
+  // Outside the log folder: an interrupted export leaves nothing in it (tools/tensorboard_export.py
+  // writes into a temporary folder there that replaces <run id> only when complete).
+  const fs::path tmp = fs::temp_directory_path() / ("leap-scalars-" + run.id + "-" + std::to_string(::getpid()) + ".json");
   {
     std::ofstream f(tmp, std::ios::binary);
     f << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

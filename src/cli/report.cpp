@@ -25,12 +25,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// The ids of a comma-separated list, trimmed, each once (a repeated id is not a second seed).
 std::vector<std::string> split_ids(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream in(s);
   std::string id;
-  while (std::getline(in, id, ','))
-    if (!id.empty()) out.push_back(id);
+  while (std::getline(in, id, ',')) {
+    const size_t a = id.find_first_not_of(" \t"), b = id.find_last_not_of(" \t");
+    if (a == std::string::npos) continue;
+    id = id.substr(a, b - a + 1);
+    if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  }
   return out;
 }
 

@@ -76,6 +76,17 @@ std::vector<Arm> group_arms(const std::vector<RunSummary>& runs) {
   return arms;
 }
 
+namespace {
+
+/// The target as given (0.655 stays 0.655; 0.5 is "0.50"): at least 2 decimals, at most 6.
+std::string target_label(double target) {
+  for (int d = 2; d < 6; ++d)
+    if (std::fabs(std::stod(fmt_num(target, d)) - target) < 1e-12) return fmt_num(target, d);
+  return fmt_num(target, 6);
+}
+
+}  // namespace
+
 Table ablation_table(const std::vector<RunSummary>& runs, double target) {
   Table t;
   t.title = "Ablation: one row per arm (runs differing only in name and seeds); cells: mean ± standard error over the arm's runs";
@@ -111,7 +122,7 @@ Table ablation_table(const std::vector<RunSummary>& runs, double target) {
   cols.push_back({"tokens/success", {[](const RunSummary& r) { return r.tokens_per_success; }, 1}});
   cols.push_back({"wall_s", {[](const RunSummary& r) { return r.wall_seconds; }, 1}});
   if (target > 0)
-    cols.push_back({"s_to_acc@1>=" + fmt_num(target, 2), {[](const RunSummary& r) { return r.time_to_target_s; }, 1}});
+    cols.push_back({"s_to_acc@1>=" + target_label(target), {[](const RunSummary& r) { return r.time_to_target_s; }, 1}});
   for (const auto& c : cols) t.header.push_back(c.first);
   for (const auto& a : arms) {
     std::vector<std::string> row = {a.label, std::to_string(a.runs.size())};

@@ -51,7 +51,8 @@ PlotSpec accuracy_plot(const std::vector<ArmCurves>& arms, const std::string& wh
   const bool at1 = which == "1";
   PlotSpec p;
   p.file = std::string(at1 ? "acc1" : "accT") + "_vs_" + axis_text(axis).stem + ".svg";
-  p.title = at1 ? "Acc@1: train (the step's rollouts) and eval" : "Acc@T (pass rate at any turn): train and eval";
+  p.title = std::string(at1 ? "Acc@1: train (the step's rollouts) and eval" : "Acc@T (pass rate at any turn): train and eval") +
+            ", against " + (axis == XAxis::step ? "step" : axis == XAxis::wall_min ? "wall time" : "environment calls");
   p.xlabel = axis_text(axis).label;
   p.ylabel = at1 ? "Acc@1 (share correct at turn 1)" : "Acc@T (share correct at any turn)";
   p.yrange = std::make_pair(0.0, 1.0);
@@ -64,7 +65,8 @@ PlotSpec accuracy_plot(const std::vector<ArmCurves>& arms, const std::string& wh
   }
   p.caption = std::string("Solid: share of the step's training rollouts correct ") + (at1 ? "at turn 1" : "at any turn") +
               "; dashed with squares: the evaluations (held-out split when tasks.eval_split is eval; step 0 is the "
-              "policy before RL), T being each run's last eval turn." + spread_note(arms);
+              "policy before RL)" + (at1 ? std::string(".") : std::string(", T being each run's last eval turn.")) +
+              spread_note(arms);
   return p;
 }
 

@@ -28,16 +28,27 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
+namespace {
+
+/// Characters (UTF-8 code points) of `s`: "±" is one column, two bytes.
+size_t columns(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
 std::string render_text(const Table& t) {
   std::vector<size_t> w(t.header.size(), 0);
-  for (size_t i = 0; i < t.header.size(); ++i) w[i] = t.header[i].size();
+  for (size_t i = 0; i < t.header.size(); ++i) w[i] = columns(t.header[i]);
   for (const auto& r : t.rows)
-    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], r[i].size());
+    for (size_t i = 0; i < r.size() && i < w.size(); ++i) w[i] = std::max(w[i], columns(r[i]));
   auto line = [&](const std::vector<std::string>& cells) {
     std::string s;
     for (size_t i = 0; i < w.size(); ++i) {
       std::string c = i < cells.size() ? cells[i] : "";
-      s += (i ? "  " : "") + c + std::string(w[i] - c.size(), ' ');
+      s += (i ? "  " : "") + c + std::string(w[i] - columns(c), ' ');
     }
     while (!s.empty() && s.back() == ' ') s.pop_back();
     return s + "\n";
