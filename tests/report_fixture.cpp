@@ -11,6 +11,8 @@ namespace {
 TurnRecord make_turn(int64_t t, bool pass) {
   TurnRecord u;
   u.turn_index = t;
+  u.node_index = t - 1;
+  if (t > 1) u.parent_index = t - 2;
   u.prompt = "prompt";
   u.completion = "completion";
   u.completion_tokens = 20;

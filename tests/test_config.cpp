@@ -113,6 +113,27 @@ TEST_CASE("config: a wrong type names the key, the location and the expected typ
   CHECK(contains(error_of("rollout:\n  group_size:\n"), "missing value"));
 }
 
+TEST_CASE("config: debugging trees and staged advantages need a reward defined on nodes") {
+  // reward.kind defaults to rank, which ranks rollouts on their first-success turn.
+  std::string msg = error_of("turns:\n  branch: 2\n");
+  CHECK(contains(msg, "exp.yaml:2:3"));
+  CHECK(contains(msg, "'turns.branch'"));
+  CHECK(contains(msg, "use reward.kind binary, speedup or kernelgym"));
+  CHECK(contains(error_of("reward: {tree: max}"), "'reward.tree'"));
+  CHECK(contains(error_of("advantage: {kind: sae_projection}"), "'advantage.kind'"));
+  CHECK(contains(error_of("reward: {kind: binary, tree: sum}"), "'reward.tree'"));
+  CHECK(contains(error_of("advantage: {sae: {value: mean}}"), "'advantage.sae.value'"));
+  CHECK(contains(error_of("turns: {branch: 17}"), "out of range"));
+  const auto e = config::parse_experiment(
+      "reward: {kind: binary, tree: mean}\nturns: {branch: 3, max_env_calls: 20}\n"
+      "advantage: {kind: sae, sae: {alpha: 0.25, value: optimistic}}\n", "exp.yaml");
+  CHECK(e.turns.branch == 3);
+  CHECK(e.turns.max_env_calls == 20);
+  CHECK(e.reward.tree == "mean");
+  CHECK(e.advantage.sae.alpha == 0.25);
+  CHECK(e.advantage.sae.value == "optimistic");
+}
+
 TEST_CASE("config: an out-of-range value is refused with the allowed range") {
   std::string msg = error_of("dcp:\n  max_fail_ratio: 1.5\n");
   CHECK(contains(msg, "exp.yaml:2:19"));

@@ -57,6 +57,8 @@ std::string unbalanced_tags(const std::string& xml) {
 TurnRecord turn(int64_t t, const std::string& verdict, std::optional<double> speedup, int64_t tokens) {
   TurnRecord r;
   r.turn_index = t;
+  r.node_index = t - 1;
+  if (t > 1) r.parent_index = t - 2;
   r.prompt = "prompt " + std::to_string(t);
   r.completion = "completion " + std::to_string(t);
   r.completion_tokens = tokens;

@@ -34,6 +34,8 @@ struct RunSpec {
 TurnRecord turn(int64_t t, const std::string& verdict) {
   TurnRecord r;
   r.turn_index = t;
+  r.node_index = t - 1;
+  if (t > 1) r.parent_index = t - 2;
   r.prompt = "p";
   r.completion = "c";
   r.completion_tokens = 10;

@@ -222,6 +222,96 @@ TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, ro
   CHECK(correct == 3);
 }
 
+TEST_CASE("rl engine: a debugging tree (branch 2) grows, respects the env-call cap, and its stored nodes rebuild it") {
+  Fixture f;
+  ScriptedPolicy policy;
+  // Group relu, 2 rollouts: both fail turn 1; at turn 2 the second child of rollout 0 passes.
+  policy.correct[{"relu", 2, 1}] = true;
+  rl::EngineOptions o;
+  o.max_turns = 3;
+  o.branch = 2;
+  o.compaction = false;
+  o.dcp.enabled = false;
+  std::vector<const env::RuntimeTask*> relu = {f.tasks[0]};
+  rl::EngineStats st;
+  auto groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 2, 7, &st);
+  REQUIRE(groups.size() == 1);
+  const auto& ro0 = groups[0].rollouts[0];
+  const auto& ro1 = groups[0].rollouts[1];
+  // Rollout 0: root, 2 children (the second passed), 2 grandchildren of the failed child.
+  // Rollout 1: root, 2 failed children, 2 grandchildren each. 2 + 4 + 6 graded turns.
+  CHECK(st.env_calls == 12);
+  REQUIRE(ro0.turns.size() == 5);
+  REQUIRE(ro1.turns.size() == 7);
+  std::vector<int> parents0, turns0, parents1;
+  for (const auto& t : ro0.turns) parents0.push_back(t.parent), turns0.push_back(t.turn);
+  for (const auto& t : ro1.turns) parents1.push_back(t.parent);
+  CHECK(parents0 == std::vector<int>{-1, 0, 0, 1, 1});
+  CHECK(turns0 == std::vector<int>{1, 2, 2, 3, 3});
+  CHECK(parents1 == std::vector<int>{-1, 0, 0, 1, 1, 2, 2});
+  CHECK(ro0.turns[2].result.is_correct());
+  CHECK(ro0.first_success() == 2);
+  CHECK(groups[0].recovered == 1);
+  // A grandchild's context continues its own parent's answer and feedback, not a sibling's.
+  const auto& p3 = ro0.turns[3].prompt;
+  REQUIRE(p3.size() == 6);
+  CHECK(p3[4].content == ro0.turns[1].sample.text);
+  CHECK(p3[4].content != ro0.turns[2].sample.text);
+
+  // The stored nodes (node_index, parent_index, turn_index) rebuild both trees exactly.
+  config::Experiment exp;
+  exp.reward.kind = "binary";
+  exp.turns.branch = 2;
+  exp.advantage.kind = "sae";
+  const auto scored = rl::score_group(groups[0], exp);
+  test::TempDir d;
+  store::Store db(d.path / "leap.db");
+  store::RunInfo info;
+  info.name = "tree-test";
+  info.config_yaml = "{}";
+  info.config_hash = "0";
+  info.git_commit = "test";
+  info.hostname = "test";
+  store::StepRecord rec;
+  rec.run_id = db.create_run(info);
+  rec.step = 1;
+  rec.groups = rl::group_records(groups, {scored}, relu, "starter", {}, true);
+  db.write_step(rec);
+  auto q = db.db().prepare(
+      "SELECT r.rollout_index, t.node_index, t.parent_index, t.turn_index, t.verdict, t.advantage FROM turns t "
+      "JOIN rollouts r ON r.id = t.rollout_id ORDER BY r.rollout_index, t.node_index");
+  std::vector<std::vector<int>> parents(2);
+  int rows = 0;
+  while (q.step()) {
+    const auto i = static_cast<size_t>(q.column_int64(0));
+    const auto n = static_cast<size_t>(q.column_int64(1));
+    REQUIRE(n == parents[i].size());
+    parents[i].push_back(q.column_is_null(2) ? -1 : static_cast<int>(q.column_int64(2)));
+    const auto& t = groups[0].rollouts[i].turns[n];
+    CHECK(q.column_int64(3) == t.turn);
+    CHECK(q.column_text(4) == std::string(env::to_string(t.result.verdict)));
+    CHECK(q.column_double(5) == doctest::Approx(scored[i].turn_advantages[n]));
+    ++rows;
+  }
+  CHECK(rows == 12);
+  CHECK(parents[0] == parents0);
+  CHECK(parents[1] == parents1);
+
+  // A cap of 8 graded turns: 2 + 4, then one grandchild each for the first two expandable
+  // attempts (round-robin: first children first).
+  ScriptedPolicy capped;
+  capped.correct[{"relu", 2, 1}] = true;
+  o.max_env_calls = 8;
+  rl::EngineStats st2;
+  groups = rl::RolloutEngine(capped, *f.grader, o).run(relu, 2, 7, &st2);
+  CHECK(st2.env_calls == 8);
+  std::vector<int> capped0, capped1;
+  for (const auto& t : groups[0].rollouts[0].turns) capped0.push_back(t.parent);
+  for (const auto& t : groups[0].rollouts[1].turns) capped1.push_back(t.parent);
+  CHECK(capped0 == std::vector<int>{-1, 0, 0, 1});
+  CHECK(capped1 == std::vector<int>{-1, 0, 0, 1});
+}
+
 TEST_CASE("rl engine: with one turn no group is activated, whatever its failure ratio") {
   Fixture f;
   rl::EngineStats st;

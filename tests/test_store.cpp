@@ -115,6 +115,8 @@ StepRecord make_step(const std::string& run_id, std::int64_t step) {
       for (int t = 1; t <= kTurns; ++t) {
         TurnRecord tr;
         tr.turn_index = t;
+        tr.node_index = t - 1;
+        if (t > 1) tr.parent_index = t - 2;
         tr.segment_index = 0;
         tr.prompt = "prompt g" + std::to_string(g) + " r" + std::to_string(r) + " t" +
                     std::to_string(t);
@@ -187,7 +189,7 @@ TEST_CASE("store: migration from empty to v1 creates every table") {
   CHECK(fs::exists(path));
   Database& db = store.db();
   CHECK(db.user_version() == kSchemaVersion);
-  CHECK(kSchemaVersion == 3);
+  CHECK(kSchemaVersion == 4);
   CHECK(scalar_int(db, "PRAGMA application_id") == kApplicationId);
   CHECK(scalar_text(db, "PRAGMA journal_mode") == "wal");
   CHECK(scalar_int(db, "PRAGMA foreign_keys") == 1);
@@ -278,10 +280,51 @@ TEST_CASE("store: a v1 database is upgraded to v2 (eval_results.suspicious) and 
     CHECK_FALSE(in.attempts[0].suspicious);
   }
   Store store(tmp.file());
-  CHECK(store.db().user_version() == 3);
+  CHECK(store.db().user_version() == 4);
   CHECK(store.count_rows("eval_results") == 1);
   CHECK(scalar_int(store.db(), "SELECT suspicious FROM eval_results") == 0);
   CHECK_THROWS_AS(store.db().exec("UPDATE eval_results SET suspicious = 2"), leap::StoreError);
+}
+
+TEST_CASE("store: a v3 database's turns become chain nodes of v4 (node_index, parent_index), rows kept") {
+  TempDir tmp;
+  {
+    Database db(tmp.file(), OpenOptions{.migrate = false});
+    migrate(db, {migrations()[0], migrations()[1], migrations()[2]});
+    REQUIRE(db.user_version() == 3);
+    db.exec("INSERT INTO runs (id, name, kind, config_yaml, config_hash, seed, git_commit, hostname, started_at) "
+            "VALUES ('r', 'n', 'train', '{}', 'h', 1, 'g', 'host', 1.0)");
+    db.exec("INSERT INTO tasks (task_set, name, hash) VALUES ('s', 't', 'h')");
+    db.exec("INSERT INTO steps (run_id, step, started_at, ended_at, generation_seconds, env_seconds, update_seconds) "
+            "VALUES ('r', 1, 1.0, 2.0, 0, 0, 0)");
+    db.exec("INSERT INTO groups (run_id, step, task_id, group_index, dcp_activated, fail_ratio_turn1, recovered) "
+            "VALUES ('r', 1, 1, 0, 1, 0.5, 0)");
+    db.exec("INSERT INTO rollouts (group_id, rollout_index, final_verdict, reward) VALUES (1, 0, 'correct', 1.0)");
+    for (int t = 1; t <= 3; ++t)
+      db.exec("INSERT INTO turns (rollout_id, turn_index, segment_index, prompt, completion, prompt_tokens, "
+              "completion_tokens, verdict, feedback, reward, discounted_return, advantage, env_seconds, compacted) "
+              "VALUES (1, " + std::to_string(t) + ", 0, 'p', 'c', 1, 1, 'wrong_output', 'f', 0, 0, " +
+              std::to_string(t) + ".5, 0.1, 0)");
+  }
+  Store store(tmp.file());
+  CHECK(store.db().user_version() == 4);
+  Statement q = store.db().prepare("SELECT turn_index, node_index, parent_index, advantage FROM turns ORDER BY id");
+  for (int t = 1; t <= 3; ++t) {
+    REQUIRE(q.step());
+    CHECK(q.column_int64(0) == t);
+    CHECK(q.column_int64(1) == t - 1);
+    CHECK(q.column_opt_int64(2) == (t == 1 ? std::nullopt : std::optional<std::int64_t>(t - 2)));
+    CHECK(q.column_double(3) == doctest::Approx(t + 0.5));
+  }
+  CHECK_FALSE(q.step());
+  // Several nodes may now share a turn, but not a node index; a parent must be an earlier node.
+  const std::string row = "INSERT INTO turns (rollout_id, turn_index, node_index, parent_index, segment_index, prompt, "
+                          "completion, prompt_tokens, completion_tokens, verdict, feedback, reward, discounted_return, "
+                          "advantage, env_seconds, compacted) VALUES (1, 2, ";
+  store.db().exec(row + "3, 0, 0, 'p', 'c', 1, 1, 'correct', 'f', 1, 1, 0, 0.1, 0)");
+  CHECK_THROWS_AS(store.db().exec(row + "3, 0, 0, 'p', 'c', 1, 1, 'correct', 'f', 1, 1, 0, 0.1, 0)"), leap::StoreError);
+  CHECK_THROWS_AS(store.db().exec(row + "4, 4, 0, 'p', 'c', 1, 1, 'correct', 'f', 1, 1, 0, 0.1, 0)"), leap::StoreError);
+  CHECK(scalar_int(store.db(), "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'idx_turns_verdict'") == 1);
 }
 
 TEST_CASE("store: a database with a newer schema version is refused and left untouched") {
@@ -496,7 +539,8 @@ TEST_CASE("store: a failed write_step leaves no partial rows") {
     bad.groups.push_back(bad.groups.back());
     bad.groups.back().group_index = 7;
     bad.groups.back().task = task(9);  // a new task: its insert must be rolled back too
-    bad.groups.back().rollouts.back().turns.back().turn_index = 1;  // collides with turn 1
+    bad.groups.back().rollouts.back().turns.back().node_index = 0;  // collides with turn 1's node
+    bad.groups.back().rollouts.back().turns.back().parent_index.reset();
     try {
       store.write_step(bad);
       FAIL("write_step must throw");

@@ -24,14 +24,17 @@ namespace fs = std::filesystem;
 
 /// Writes one JSON object per turn of `run_id` to `out`; returns the number of lines.
 int64_t export_jsonl(store::Store& st, const std::string& run_id, std::ostream& out) {
+  // A store before schema version 4 (read as it is) holds chains: node t - 1, parent t - 2.
+  const bool tree = st.db().has_column("turns", "node_index");
+  const std::string node = tree ? "u.node_index, u.parent_index" : "u.turn_index - 1, nullif(u.turn_index - 2, -1)";
   store::Statement q = st.db().prepare(
       "SELECT g.step, t.task_set, t.name, t.level, g.group_index, g.dcp_activated, o.rollout_index, o.reward, "
       "o.advantage, o.first_success_turn, o.reward_rank, o.reward_binary, o.reward_speedup, o.reward_kernelgym, "
       "u.turn_index, u.segment_index, u.prompt, u.completion, u.prompt_tokens, u.completion_tokens, u.verdict, "
-      "u.feedback, u.speedup, u.suspicious, u.reward, u.discounted_return, u.advantage, u.compacted "
-      "FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "
+      "u.feedback, u.speedup, u.suspicious, u.reward, u.discounted_return, u.advantage, u.compacted, " + node +
+      " FROM turns u JOIN rollouts o ON o.id = u.rollout_id JOIN groups g ON g.id = o.group_id "
       "JOIN tasks t ON t.id = g.task_id WHERE g.run_id = ?1 "
-      "ORDER BY g.step, g.group_index, o.rollout_index, u.turn_index");
+      "ORDER BY g.step, g.group_index, o.rollout_index, " + (tree ? "u.node_index" : "u.turn_index"));
   q.bind_text(1, run_id);
   auto opt_num = [&](int c) { return q.column_is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.column_double(c)); };
   auto opt_int = [&](int c) { return q.column_is_null(c) ? nlohmann::json(nullptr) : nlohmann::json(q.column_int64(c)); };
@@ -47,6 +50,8 @@ int64_t export_jsonl(store::Store& st, const std::string& run_id, std::ostream& 
         {"dcp_activated", q.column_int64(5) != 0},
         {"rollout", q.column_int64(6)},
         {"turn", q.column_int64(14)},
+        {"node", q.column_int64(28)},
+        {"parent", opt_int(29)},
         {"segment", q.column_int64(15)},
         {"prompt", q.column_text(16)},
         {"completion", q.column_text(17)},

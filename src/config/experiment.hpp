@@ -92,6 +92,8 @@ struct TurnsConfig {
   int64_t max = 3;                    ///< T: turns per rollout
   bool refine_after_success = false;  ///< keep going after the first correct turn
   double gamma = 0.4;                 ///< discount of per-turn returns and turn credit
+  int64_t branch = 1;                 ///< children per expanded attempt (1 = a chain; > 1 = a debugging tree, Murphy)
+  int64_t max_env_calls = 0;          ///< graded turns per training group at most; 0 = no cap
 };
 
 /// `dcp:` Difficulty-Conditioned Pruning (LEAP): expand a group to turns 2..T only if
@@ -109,12 +111,18 @@ struct RewardConfig {
   double speedup_tie_margin = 0.05;          ///< relative speedup difference counted as a tie
   int64_t tokens_tie_margin = 16;            ///< token-count difference counted as a tie (tokens)
   double kernelgym_speedup_cap = 3.0;        ///< cap of the speedup term of `kernelgym`
+  std::string tree = "none";                 ///< none | max (Murphy MaRS) | mean (MeRS): a node's reward from its subtree
 };
 
 /// `advantage:` estimator for non-rank rewards (the rank reward is its own advantage).
 struct AdvantageConfig {
-  std::string kind = "grpo";  ///< grpo | dr_grpo | rloo
+  std::string kind = "grpo";  ///< grpo | dr_grpo | rloo | sae | sae_projection (Tree-OPO)
   double std_eps = 1.0e-6;    ///< added to the group std for grpo
+  /// `advantage.sae:` staged advantage estimation (Tree-OPO, arXiv:2509.09284).
+  struct Sae {
+    double alpha = 0.5;                  ///< weight of the prefix baseline V(p)
+    std::string value = "expectation";   ///< expectation | optimistic | pessimistic
+  } sae;
 };
 
 /// `compaction:` context compaction (after ATRL).

@@ -243,6 +243,15 @@ void validate_at(const Experiment& e, const std::function<Where(const std::strin
       e.compaction.summary_max_tokens >= e.compaction.max_prompt_tokens)
     fail(locate("compaction.summary_max_tokens"), "compaction.summary_max_tokens", "must be smaller than compaction.max_prompt_tokens");
   if (e.eval.fast_p.empty()) fail(locate("eval.fast_p"), "eval.fast_p", "needs at least one threshold");
+  // Node-level (tree) scoring has no first-success turn per rollout to rank on.
+  const bool tree_scoring = e.turns.branch > 1 || e.reward.tree != "none" || e.advantage.kind.rfind("sae", 0) == 0;
+  if (tree_scoring && e.reward.kind == "rank") {
+    const std::string key = e.turns.branch > 1 ? "turns.branch" : e.reward.tree != "none" ? "reward.tree" : "advantage.kind";
+    fail(locate(key), key,
+         "scores each turn as a node of a debugging tree (as turns.branch > 1, reward.tree and advantage.kind sae* "
+         "do), which the rank tournament (reward.kind: rank, on each rollout's first-success turn) does not define; "
+         "use reward.kind binary, speedup or kernelgym");
+  }
   std::set<std::string> keys(e.reward.rank_keys.begin(), e.reward.rank_keys.end());
   if (keys.size() != e.reward.rank_keys.size()) fail(locate("reward.rank_keys"), "reward.rank_keys", "lists a key twice");
   if (e.train.sft.teacher_error > 0 && e.train.sft.mutant_kinds.empty())

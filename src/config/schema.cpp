@@ -134,6 +134,10 @@ std::vector<Field> build() {
                 "keep generating turns after the first correct one"));
   s.push_back(F("turns.gamma", FT::Double, member(&E_::turns, &TurnsConfig::gamma),
                 "discount of per-turn returns and of turn credit", 0, 1));
+  s.push_back(F("turns.branch", FT::Int, member(&E_::turns, &TurnsConfig::branch),
+                "children per expanded training attempt: 1 = a chain, > 1 = a debugging tree (Murphy)", 1, 16));
+  s.push_back(F("turns.max_env_calls", FT::Int, member(&E_::turns, &TurnsConfig::max_env_calls),
+                "graded turns per training group at most (turn 1 always runs); 0 = no cap", 0, kInf));
   // dcp
   s.push_back(F("dcp.enabled", FT::Bool, member(&E_::dcp, &DcpConfig::enabled),
                 "Difficulty-Conditioned Pruning (LEAP); off = expand every failed rollout"));
@@ -153,11 +157,20 @@ std::vector<Field> build() {
   s.push_back(F("reward.kernelgym_speedup_cap", FT::Double,
                 member(&E_::reward, &RewardConfig::kernelgym_speedup_cap),
                 "cap of the speedup term of the kernelgym reward", 0, kInf, true));
+  s.push_back(E("reward.tree", {"none", "max", "mean"}, member(&E_::reward, &RewardConfig::tree),
+                "a tree node's reward from its subtree: none, max (Murphy MaRS), mean (MeRS)"));
   // advantage
-  s.push_back(E("advantage.kind", {"grpo", "dr_grpo", "rloo"}, member(&E_::advantage, &AdvantageConfig::kind),
-                "advantage estimator for non-rank rewards"));
+  s.push_back(E("advantage.kind", {"grpo", "dr_grpo", "rloo", "sae", "sae_projection"},
+                member(&E_::advantage, &AdvantageConfig::kind),
+                "advantage estimator for non-rank rewards; sae, sae_projection: Tree-OPO's staged advantages"));
   s.push_back(F("advantage.std_eps", FT::Double, member(&E_::advantage, &AdvantageConfig::std_eps),
                 "added to the group std by grpo", 0, kInf));
+  s.push_back(F("advantage.sae.alpha", FT::Double,
+                member(&E_::advantage, &AdvantageConfig::sae, &AdvantageConfig::Sae::alpha),
+                "weight of the prefix baseline V(p) in a = r - alpha V(p)", 0, 10));
+  s.push_back(E("advantage.sae.value", {"expectation", "optimistic", "pessimistic"},
+                member(&E_::advantage, &AdvantageConfig::sae, &AdvantageConfig::Sae::value),
+                "V(p): mean, max or min of the rewards below the prefix"));
   // compaction
   s.push_back(F("compaction.enabled", FT::Bool, member(&E_::compaction, &CompactionConfig::enabled),
                 "replace earlier turns by compact records when the prompt exceeds the budget"));

@@ -2,17 +2,6 @@
 
 namespace leap::report {
 
-namespace {
-
-/// Whether `table` has `column` (a store of an older schema, opened read-only, may lack it).
-bool has_column(store::Database& db, const std::string& table, const std::string& column) {
-  store::Statement st = db.prepare("SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2");
-  st.bind_text(1, table).bind_text(2, column);
-  return st.step() && st.column_int64(0) > 0;
-}
-
-}  // namespace
-
 MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
   MetricsInput in;
   store::Statement t = db.prepare(
@@ -23,7 +12,7 @@ MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
   store::Statement st = db.prepare(
       std::string("SELECT t.name, r.sample, r.turn, r.verdict, r.speedup, ") +
       // eval_results.suspicious is schema v2; `leap report` opens older stores read-only, unmigrated.
-      (has_column(db, "eval_results", "suspicious") ? "r.suspicious" : "0") +
+      (db.has_column("eval_results", "suspicious") ? "r.suspicious" : "0") +
       " FROM eval_results r JOIN tasks t ON t.id = r.task_id "
       "WHERE r.evaluation_id = ?1 ORDER BY r.id");
   st.bind_int64(1, evaluation_id);

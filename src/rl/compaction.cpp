@@ -32,6 +32,18 @@ Prompt compact_record(const tasks::TaskSpec& spec, const std::string& backend, c
   return {{"system", system_prompt(backend)}, {"user", body}};
 }
 
+std::vector<TurnResult> ancestor_path(const RolloutResult& rollout, int parent) {
+  std::vector<TurnResult> path;
+  for (int n = parent; n >= 0; n = rollout.turns[static_cast<size_t>(n)].parent) {
+    if (n >= static_cast<int>(rollout.turns.size()) || (!path.empty() && n >= 0 && rollout.turns[static_cast<size_t>(n)].turn >= path.back().turn))
+      throw Error("ancestor_path: turn index " + std::to_string(n) + " is not an earlier turn of the rollout (" +
+                  std::to_string(rollout.turns.size()) + " turns)");
+    path.push_back(rollout.turns[static_cast<size_t>(n)]);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
 void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn, const EngineOptions& options,
                      uint64_t seed, EngineStats& stats) {
   if (!options.compaction || turn <= 1) return;
@@ -76,7 +88,8 @@ void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn
   // The compact record replaces the context and opens a new segment.
   for (size_t k = 0; k < over.size(); ++k) {
     PendingTurn& p = pending[over[k]];
-    *p.context = compact_record(*p.spec, options.backend, options.compaction_strategy, p.rollout->turns, summaries[k]);
+    *p.context = compact_record(*p.spec, options.backend, options.compaction_strategy,
+                                ancestor_path(*p.rollout, p.parent), summaries[k]);
     const int64_t saved = std::max<int64_t>(0, before[k] - policy.count_tokens(*p.context));
     *p.segment += 1;
     p.compacted = true;

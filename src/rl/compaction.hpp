@@ -22,7 +22,14 @@ struct PendingTurn {
   Prompt* context = nullptr;              ///< what the next turn continues; replaced by the record when compacted
   int* segment = nullptr;                 ///< the rollout's 0-based segment; +1 when compacted
   bool compacted = false;                 ///< out: the context is now a compact record
+  int parent = -1;                        ///< graded turn it continues (index into rollout->turns); its
+                                          ///< ancestors are the attempts a compact record lists
 };
+
+/// The graded turns from turn 1 down to `parent` (index into rollout.turns), in turn order: the
+/// attempts one tree node's context holds (for a chain, every turn so far). Empty for -1. Throws
+/// leap::Error on an index outside the rollout.
+std::vector<TurnResult> ancestor_path(const RolloutResult& rollout, int parent);
 
 /// Compaction before turn `turn`: every pending rollout whose context is longer than
 /// options.max_prompt_tokens (Policy::count_tokens, tokens) gets compact_record() as its context

@@ -1,6 +1,9 @@
 #include "rl/rollout.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <tuple>
 
 #include "env/task_runtime.hpp"
 #include "rl/compaction.hpp"
@@ -17,12 +20,12 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-/// Where one rollout stands between turns.
+/// One attempt about to be generated: where in which rollout it goes and what it continues.
 struct Live {
   size_t group = 0;
   size_t index = 0;      ///< rollout index in the group
-  bool active = true;
-  Prompt context;        ///< messages the next turn continues (before compaction)
+  int parent = -1;       ///< graded turn it continues (index into the rollout's turns); -1 at turn 1
+  Prompt context;        ///< messages it continues (before compaction)
   int segment = 0;
 };
 
@@ -58,26 +61,60 @@ RolloutEngine::RolloutEngine(Policy& policy, Grader& grader, EngineOptions optio
 
 namespace {
 
+/// The most graded turns the subtree of one failed turn-1 attempt could take: branch + branch^2 +
+/// ... + branch^(T-1) (T - 1 for a chain).
+int64_t subtree_turns(int branch, int T) {
+  int64_t total = 0, level = 1;
+  for (int t = 2; t <= T; ++t) {
+    level = std::min<int64_t>(level * branch, int64_t{1} << 40);
+    total += level;
+  }
+  return total;
+}
+
 /// DCP (LEAP, DESIGN.md section 4), the one place the gate is applied: after turn 1 each group's
-/// failure ratio goes through dcp_decide; the rollouts of a group not expanded stop here, and
-/// its turn-1 failures count (T - 1) saved env calls each.
-void apply_dcp(std::vector<GroupResult>& groups, std::vector<Live>& live, int group_size, int T,
-               const DcpOptions& options, EngineStats& st) {
+/// failure ratio goes through dcp_decide; the children of a group not expanded are dropped, and
+/// its turn-1 failures count the turns their subtrees could have taken as saved env calls (within
+/// the group's env-call cap).
+void apply_dcp(std::vector<GroupResult>& groups, std::vector<Live>& next, int group_size, const EngineOptions& o,
+               EngineStats& st) {
+  const int T = std::max(1, o.max_turns);
   for (auto& g : groups) {
     int failed = 0;
     for (const auto& ro : g.rollouts)
       if (!ro.turns.empty() && !ro.turns.front().result.is_correct() && !ro.turns.front().result.is_infra_error())
         ++failed;  // (an infrastructure error is not the answer's failure)
     g.failed_turn1 = failed;
-    g.dcp = dcp_decide(failed, group_size, options);
+    g.dcp = dcp_decide(failed, group_size, o.dcp);
     if (T <= 1) g.dcp.expand = false;  // no debugging turn to give: nothing is activated
     if (!g.dcp.expand && T > 1) {
-      g.env_calls_saved = failed * (T - 1);
+      int64_t saved = failed * subtree_turns(std::max(1, o.branch), T);
+      if (o.max_env_calls > 0) saved = std::min<int64_t>(saved, std::max<int64_t>(0, o.max_env_calls - group_size));
+      g.env_calls_saved = static_cast<int>(saved);
       st.env_calls_saved += g.env_calls_saved;
     }
   }
-  for (auto& l : live)
-    if (l.active && !groups[l.group].dcp.expand) l.active = false;
+  std::erase_if(next, [&](const Live& l) { return !groups[l.group].dcp.expand; });
+}
+
+/// The next turn's attempts: `branch` children of each expandable attempt, round-robin over a
+/// group's attempts (first children first) while the group stays within max_env_calls.
+std::vector<Live> expand(const std::vector<Live>& expandable, size_t num_groups, const std::vector<int64_t>& calls,
+                         const EngineOptions& o) {
+  std::vector<std::vector<const Live*>> by_group(num_groups);
+  for (const auto& l : expandable) by_group[l.group].push_back(&l);
+  std::vector<Live> next;
+  for (size_t g = 0; g < num_groups; ++g) {
+    int64_t budget = o.max_env_calls > 0 ? std::max<int64_t>(0, o.max_env_calls - calls[g]) : INT64_MAX;
+    for (int c = 0; c < std::max(1, o.branch); ++c)
+      for (const Live* l : by_group[g])
+        if (budget > 0) next.push_back(*l), --budget;
+  }
+  // Keep the rollouts' order (group, rollout, parent) so a chain batches exactly as before.
+  std::stable_sort(next.begin(), next.end(), [](const Live& a, const Live& b) {
+    return std::tie(a.group, a.index, a.parent) < std::tie(b.group, b.index, b.parent);
+  });
+  return next;
 }
 
 }  // namespace
@@ -99,23 +136,19 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
       live.push_back(std::move(l));
     }
   }
+  std::vector<int64_t> calls(tasks.size(), 0);  // graded turns per group
   const int T = std::max(1, options_.max_turns);
-  for (int turn = 1; turn <= T; ++turn) {
-    std::vector<size_t> active;
-    for (size_t r = 0; r < live.size(); ++r)
-      if (live[r].active) active.push_back(r);
-    if (active.empty()) break;
-
+  for (int turn = 1; turn <= T && !live.empty(); ++turn) {
     // Compaction (rl/compaction.hpp): contexts over the budget become compact records.
     std::vector<PendingTurn> pending;
-    for (size_t r : active)
-      pending.push_back({&tasks[live[r].group]->spec(), &groups[live[r].group].rollouts[live[r].index],
-                         &live[r].context, &live[r].segment, false});
+    for (auto& l : live)
+      pending.push_back({&tasks[l.group]->spec(), &groups[l.group].rollouts[l.index], &l.context, &l.segment, false,
+                         l.parent});
     compact_context(policy_, pending, turn, options_, seed, st);
 
-    // Generation: every active rollout's next turn in one batched call.
+    // Generation: every attempt of this turn in one batched call.
     std::vector<Prompt> prompts;
-    for (size_t r : active) prompts.push_back(live[r].context);
+    for (const auto& l : live) prompts.push_back(l.context);
     SampleOptions so = options_.sampling;
     so.seed = util::mix_seed(util::mix_seed(seed, static_cast<uint64_t>(turn)), 0x1u);
     auto t0 = Clock::now();
@@ -124,36 +157,43 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
 
     // Grading: one call for the batch.
     std::vector<GradeRequest> requests;
-    for (size_t a = 0; a < active.size(); ++a) requests.push_back({tasks[live[active[a]].group], samples[a].text});
+    for (size_t a = 0; a < live.size(); ++a) requests.push_back({tasks[live[a].group], samples[a].text});
     t0 = Clock::now();
     auto results = grader_.grade(requests);
     const double env_s = seconds_since(t0);
     st.env_seconds += env_s;
     st.env_calls += static_cast<int64_t>(requests.size());
 
-    // Record each turn; the next turn continues its context, reasoning dropped, feedback appended.
-    for (size_t a = 0; a < active.size(); ++a) {
-      Live& l = live[active[a]];
+    // Record each turn; its children continue its context, reasoning dropped, feedback appended.
+    std::vector<Live> expandable;
+    for (size_t a = 0; a < live.size(); ++a) {
+      Live& l = live[a];
       auto& ro = groups[l.group].rollouts[l.index];
+      calls[l.group] += 1;
       TurnResult tr;
       tr.turn = turn;
+      tr.parent = l.parent;
       tr.segment = l.segment;
       tr.compacted = pending[a].compacted;
       tr.prompt = prompts[a];
       tr.prompt_text = policy_.render(prompts[a]);
       tr.sample = std::move(samples[a]);
       tr.result = std::move(results[a]);
-      tr.env_seconds = env_s / static_cast<double>(active.size());
-      l.context = next_turn_context(prompts[a], tr.sample.text, env::to_string(tr.result.verdict),
-                                    tr.result.feedback, tr.result.speedup);
+      tr.env_seconds = env_s / static_cast<double>(live.size());
       const bool correct = tr.result.is_correct();
-      const bool infra = tr.result.is_infra_error();  // the environment failed: the rollout stops, void
+      const bool infra = tr.result.is_infra_error();  // the environment failed: the attempt stops, void
+      if (turn < T && !infra && (!correct || options_.refine_after_success)) {
+        Live child{l.group, l.index, static_cast<int>(ro.turns.size()), {}, l.segment};
+        child.context = next_turn_context(prompts[a], tr.sample.text, env::to_string(tr.result.verdict),
+                                          tr.result.feedback, tr.result.speedup);
+        expandable.push_back(std::move(child));
+      }
       ro.turns.push_back(std::move(tr));
-      if (turn == T || infra || (correct && !options_.refine_after_success)) l.active = false;
     }
+    live = expand(expandable, groups.size(), calls, options_);
 
     // DCP after turn 1: which groups go on to debugging turns.
-    if (turn == 1) apply_dcp(groups, live, group_size, T, options_.dcp, st);
+    if (turn == 1) apply_dcp(groups, live, group_size, options_, st);
   }
   for (auto& g : groups)
     for (const auto& ro : g.rollouts)

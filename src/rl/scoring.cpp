@@ -4,6 +4,7 @@
 
 #include "rl/advantage.hpp"
 #include "rl/reward.hpp"
+#include "rl/tree_advantage.hpp"
 #include "util/error.hpp"
 
 namespace leap::rl {
@@ -29,7 +30,88 @@ std::vector<ScoredRollout> score_valid(const GroupResult& group, const config::E
 
 }  // namespace
 
+bool tree_scoring(const config::Experiment& exp) {
+  return exp.turns.branch > 1 || exp.reward.tree != "none" || exp.advantage.kind == "sae" ||
+         exp.advantage.kind == "sae_projection";
+}
+
+namespace {
+
+/// A node's own reward under reward.kind (binary, speedup, kernelgym), from its one turn.
+double node_reward(const TurnResult& t, const config::Experiment& exp) {
+  RolloutResult one;
+  one.turns.push_back(t);
+  const RolloutOutcome o = outcome_of(one, exp.env.timing.suspicious_speedup);
+  const std::string& kind = exp.reward.kind;
+  if (kind == "binary") return o.turn_correct.front() ? 1.0 : 0.0;
+  if (kind == "speedup") return speedup_turn_rewards(o).front();
+  if (kind == "kernelgym") return kernelgym_turn_rewards(o, exp.reward.kernelgym_speedup_cap).front();
+  throw Error("reward.kind '" + kind + "' is not defined on a debugging tree's nodes (use binary, speedup or kernelgym)");
+}
+
+/// Advantages of the tree's nodes under advantage.kind, from their tree rewards R.
+std::vector<double> node_advantages(const std::vector<TreeNode>& nodes, const std::vector<double>& R,
+                                    const config::Experiment& exp) {
+  const std::string& kind = exp.advantage.kind;
+  if (kind == "sae" || kind == "sae_projection") {
+    const SaeValue v = parse_sae_value(exp.advantage.sae.value);
+    auto a = sae_advantages(nodes, R, exp.advantage.sae.alpha, v);
+    if (kind == "sae") return a;
+    return project_sae(a, sae_order_constraints(nodes), static_cast<double>(nodes.size()));
+  }
+  return group_advantages(R, parse_advantage_kind(kind), exp.advantage.std_eps);
+}
+
+}  // namespace
+
+std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Experiment& exp) {
+  // The group's nodes, rollout by rollout (a parent before its children); void turns left out
+  // (the engine never expands one, so no node has a void parent).
+  std::vector<TreeNode> nodes;
+  std::vector<std::vector<int>> where(group.rollouts.size());
+  for (size_t i = 0; i < group.rollouts.size(); ++i) {
+    const auto& turns = group.rollouts[i].turns;
+    for (size_t t = 0; t < turns.size(); ++t) {
+      if (turns[t].result.is_infra_error()) {
+        where[i].push_back(-1);
+        continue;
+      }
+      const int p = turns[t].parent;
+      if (p >= static_cast<int>(t) || (p >= 0 && where[i][static_cast<size_t>(p)] < 0))
+        throw Error("score_tree: turn " + std::to_string(t) + " of rollout " + std::to_string(i) +
+                    " continues turn " + std::to_string(p) + ", which is not an earlier graded turn");
+      where[i].push_back(static_cast<int>(nodes.size()));
+      nodes.push_back({p < 0 ? -1 : where[i][static_cast<size_t>(p)], node_reward(turns[t], exp), turns[t].result.is_correct()});
+    }
+  }
+  const auto R = propagate_tree_rewards(nodes, parse_tree_reward(exp.reward.tree), exp.turns.gamma);
+  const auto A = node_advantages(nodes, R, exp);
+
+  std::vector<ScoredRollout> out(group.rollouts.size());
+  for (size_t i = 0; i < group.rollouts.size(); ++i) {
+    const auto& turns = group.rollouts[i].turns;
+    ScoredRollout& sc = out[i];
+    sc.reward_rank = std::nan("");
+    for (size_t t = 0; t < turns.size(); ++t) {
+      const int n = where[i][t];
+      sc.turn_rewards.push_back(n < 0 ? 0.0 : nodes[static_cast<size_t>(n)].reward);
+      sc.turn_returns.push_back(n < 0 ? 0.0 : R[static_cast<size_t>(n)]);
+      sc.turn_advantages.push_back(n < 0 ? 0.0 : A[static_cast<size_t>(n)]);
+      if (n < 0) continue;
+      RolloutResult one;
+      one.turns.push_back(turns[t]);
+      const RolloutOutcome o = outcome_of(one, exp.env.timing.suspicious_speedup);
+      sc.reward_binary = std::max(sc.reward_binary, o.turn_correct.front() ? 1.0 : 0.0);
+      sc.reward_speedup = std::max(sc.reward_speedup, speedup_turn_rewards(o).front());
+      sc.reward_kernelgym = std::max(sc.reward_kernelgym, kernelgym_turn_rewards(o, exp.reward.kernelgym_speedup_cap).front());
+    }
+    if (!turns.empty()) sc.reward = sc.turn_returns.front(), sc.advantage = sc.turn_advantages.front();
+  }
+  return out;
+}
+
 std::vector<ScoredRollout> score_group(const GroupResult& group, const config::Experiment& exp) {
+  if (tree_scoring(exp)) return score_tree(group, exp);
   bool any_void = false;
   for (const auto& ro : group.rollouts) any_void = any_void || ro.infra_error();
   if (!any_void) return score_valid(group, exp);

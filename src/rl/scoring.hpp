@@ -27,7 +27,25 @@ struct ScoredRollout {
 /// counts as at most `suspicious_cap` (env.timing.suspicious_speedup; docs/training.md).
 RolloutOutcome outcome_of(const RolloutResult& rollout, double suspicious_cap = HUGE_VAL);
 
-/// Scores a group with the experiment's `reward`, `advantage` and `turns.gamma`:
+/// True when the experiment scores every graded turn as a node of its group's debugging tree:
+/// turns.branch > 1, reward.tree other than none, or advantage.kind sae / sae_projection.
+bool tree_scoring(const config::Experiment& exp);
+
+/// Node-level scoring of a group's debugging tree (every graded turn of its rollouts is a node;
+/// rl/tree_advantage.hpp): each node's own reward is the reward kind's per-turn reward (binary:
+/// correct; speedup, kernelgym: their R_t), reward.tree propagates subtree rewards (Murphy), and
+/// the advantage of each node is advantage.kind over the group's nodes: grpo, dr_grpo, rloo on the
+/// nodes' rewards as one flat group; sae (Tree-OPO) r - alpha V(prefix), centred; sae_projection
+/// that projected onto {sum 0, ||a||^2 <= nodes, correct child >= failed parent}. Per rollout:
+/// turn_rewards are the nodes' own rewards, turn_returns their tree rewards, turn_advantages their
+/// advantages; reward and advantage are the turn-1 node's; reward_binary is 1 if any node of
+/// the rollout passed, reward_speedup and reward_kernelgym the best node's, reward_rank NaN (the
+/// tournament is not defined on trees). A void node (infra_error) is left out of the group and
+/// gets 0. Throws leap::Error for reward.kind rank.
+std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Experiment& exp);
+
+/// Scores a group with the experiment's `reward`, `advantage` and `turns.gamma` (with
+/// tree_scoring(exp), score_tree; otherwise as follows):
 /// rank: r_i from the tournament is the advantage, turn credit gamma^(k_i - t) A_i for A_i > 0;
 /// binary: r_i = final turn correct, estimator over the group, the same advantage on every turn;
 /// speedup / kernelgym: per-turn rewards, discounted returns G_t, estimator baseline from G_1.

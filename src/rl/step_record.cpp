@@ -42,7 +42,7 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
       if (ro.first_success() > 0) rr.first_success_turn = ro.first_success();
       rr.reward = sc.reward;
       rr.advantage = sc.advantage;
-      rr.reward_rank = sc.reward_rank;
+      if (std::isfinite(sc.reward_rank)) rr.reward_rank = sc.reward_rank;  // NaN: not defined (tree scoring)
       rr.reward_binary = sc.reward_binary;
       rr.reward_speedup = sc.reward_speedup;
       rr.reward_kernelgym = sc.reward_kernelgym;
@@ -50,6 +50,8 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
         const auto& tr = ro.turns[t];
         store::TurnRecord trec;
         trec.turn_index = tr.turn;
+        trec.node_index = static_cast<int64_t>(t);
+        if (tr.parent >= 0) trec.parent_index = tr.parent;
         trec.segment_index = tr.segment;
         if (store_text) {
           trec.prompt = tr.prompt_text;

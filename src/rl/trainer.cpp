@@ -231,6 +231,8 @@ EngineOptions engine_options(const config::Experiment& exp) {
   o.sampling.max_new_tokens = exp.rollout.max_new_tokens;
   o.max_turns = static_cast<int>(exp.turns.max);
   o.refine_after_success = exp.turns.refine_after_success;
+  o.branch = static_cast<int>(exp.turns.branch);
+  o.max_env_calls = exp.turns.max_env_calls;
   o.dcp.enabled = exp.dcp.enabled;
   o.dcp.min_fail_ratio = exp.dcp.min_fail_ratio;
   o.dcp.max_fail_ratio = exp.dcp.max_fail_ratio;
@@ -248,6 +250,8 @@ EvalSummary run_eval(Run& r, int64_t step) {
   o.max_turns = static_cast<int>(r.exp.eval.turns);
   o.sampling.temperature = r.exp.eval.temperature;
   o.refine_after_success = false;
+  o.branch = 1;  // evaluation rollouts are chains: Acc@k is per sample and turn
+  o.max_env_calls = 0;
   ReleasingGrader grading(*r.ctx.grader, r.device.is_cuda());  // cached GPU memory back before grading
   RolloutEngine engine(*r.policy, grading, o);
   std::vector<const env::RuntimeTask*> tasks;
@@ -537,7 +541,7 @@ struct StepSamples {
 /// (a summary shares the credit of the turn it makes room for) and a segment id unique over the
 /// step's global batch (`lo`: this rank's first group).
 StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vector<std::vector<ScoredRollout>>& scored,
-                          size_t lo, bool dynamic_sampling) {
+                          size_t lo, bool dynamic_sampling, bool tree) {
   StepSamples out;
   auto add = [&](const TurnResult& tr, double advantage, int64_t segment, StepSamples::Where w) {
     if (tr.sample.completion_ids.empty()) return;
@@ -558,10 +562,14 @@ StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vec
     const size_t G = groups[g].rollouts.size();
     for (size_t i = 0; i < G; ++i) {
       const auto& ro = groups[g].rollouts[i];
-      if (ro.infra_error()) continue;  // void (the environment failed): no sample, no weight in the loss
+      // Void (the environment failed): no sample, no weight in the loss. A chain's void rollout is
+      // void as a whole; in a tree only the void node is (its siblings and ancestors are scored).
+      if (!tree && ro.infra_error()) continue;
       const auto& ta = scored[g][i].turn_advantages;
       const int64_t seg_base = static_cast<int64_t>(((lo + g) * G + i) * 4096);
-      for (size_t t = 0; t < ro.turns.size(); ++t) add(ro.turns[t], ta[t], seg_base + ro.turns[t].segment, {g, i, t, false});
+      for (size_t t = 0; t < ro.turns.size(); ++t)
+        if (!ro.turns[t].result.is_infra_error())
+          add(ro.turns[t], ta[t], seg_base + ro.turns[t].segment, {g, i, t, false});
       for (size_t k = 0; k < ro.summaries.size(); ++k) {
         const size_t t = std::min(static_cast<size_t>(ro.summaries[k].turn), ta.size());
         add(ro.summaries[k], t ? ta[t - 1] : scored[g][i].advantage, seg_base + ro.summaries[k].segment, {g, i, k, true});
@@ -681,7 +689,7 @@ StepCounters train_step(Run& r, RolloutEngine& engine, int64_t step) {
 
   // 3. Samples: every turn and summary with its credited advantage and global segment id.
   r.fault("samples", step);
-  StepSamples ss = build_samples(groups, scored, batch.lo, r.exp.loss.dynamic_sampling);
+  StepSamples ss = build_samples(groups, scored, batch.lo, r.exp.loss.dynamic_sampling, tree_scoring(r.exp));
 
   // 4. Update: old log-probs, segment weights over the step, PPO epochs, new log-prob means.
   r.fault("update", step);

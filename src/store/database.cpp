@@ -155,6 +155,12 @@ int Database::user_version() {
   return static_cast<int>(st.column_int64(0));
 }
 
+bool Database::has_column(const std::string& table, const std::string& column) {
+  Statement st = prepare("SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2");
+  st.bind_text(1, table).bind_text(2, column);
+  return st.step() && st.column_int64(0) > 0;
+}
+
 std::int64_t Database::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
 std::int64_t Database::changes() const { return sqlite3_changes64(db_); }
 bool Database::in_transaction() const { return sqlite3_get_autocommit(db_) == 0; }

@@ -49,6 +49,8 @@ class Database {
   void exec(std::string_view sql);
   /// PRAGMA user_version: the schema version stored in the file.
   int user_version();
+  /// Whether `table` has `column` (a store of an older schema, opened read-only, may lack it).
+  bool has_column(const std::string& table, const std::string& column);
   /// Rowid of the last successful INSERT on this connection.
   std::int64_t last_insert_rowid() const;
   /// Rows changed by the last INSERT/UPDATE/DELETE on this connection.

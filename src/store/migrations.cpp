@@ -8,6 +8,55 @@
 
 namespace leap::store {
 
+namespace {
+
+// SQLite cannot drop a UNIQUE constraint in place: the table is rebuilt (the documented
+// "create, copy, drop, rename" procedure), each chain's turn t becoming node t - 1 whose parent
+// is node t - 2.
+constexpr const char* kTurnsAsTreeNodes = R"SQL(
+CREATE TABLE turns_v4 (
+  id                INTEGER PRIMARY KEY,
+  rollout_id        INTEGER NOT NULL REFERENCES rollouts (id) ON DELETE CASCADE,
+  turn_index        INTEGER NOT NULL CHECK (turn_index >= 1),
+  node_index        INTEGER NOT NULL CHECK (node_index >= 0),
+  parent_index      INTEGER CHECK (parent_index IS NULL OR (parent_index >= 0 AND parent_index < node_index)),
+  segment_index     INTEGER NOT NULL CHECK (segment_index >= 0),
+  prompt            TEXT NOT NULL,
+  completion        TEXT NOT NULL,
+  prompt_tokens     INTEGER NOT NULL,
+  completion_tokens INTEGER NOT NULL,
+  verdict           TEXT NOT NULL,
+  feedback          TEXT NOT NULL,
+  candidate_ms      REAL,
+  reference_ms      REAL,
+  speedup           REAL,
+  suspicious        INTEGER NOT NULL DEFAULT 0 CHECK (suspicious IN (0, 1)),
+  reward            REAL NOT NULL,
+  discounted_return REAL NOT NULL,
+  advantage         REAL NOT NULL,
+  old_logprob_mean  REAL,
+  new_logprob_mean  REAL,
+  env_seconds       REAL NOT NULL,
+  compacted         INTEGER NOT NULL CHECK (compacted IN (0, 1)),
+  UNIQUE (rollout_id, node_index)
+);
+INSERT INTO turns_v4 (id, rollout_id, turn_index, node_index, parent_index, segment_index, prompt, completion,
+                      prompt_tokens, completion_tokens, verdict, feedback, candidate_ms, reference_ms, speedup,
+                      suspicious, reward, discounted_return, advantage, old_logprob_mean, new_logprob_mean,
+                      env_seconds, compacted)
+  SELECT id, rollout_id, turn_index, turn_index - 1, CASE WHEN turn_index > 1 THEN turn_index - 2 END,
+         segment_index, prompt, completion, prompt_tokens, completion_tokens, verdict, feedback, candidate_ms,
+         reference_ms, speedup, suspicious, reward, discounted_return, advantage, old_logprob_mean,
+         new_logprob_mean, env_seconds, compacted
+  FROM turns;
+DROP TABLE turns;
+ALTER TABLE turns_v4 RENAME TO turns;
+CREATE INDEX idx_turns_verdict ON turns (verdict);
+CREATE INDEX idx_turns_rollout ON turns (rollout_id, turn_index);
+)SQL";
+
+}  // namespace
+
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> steps = {
       {1, "initial schema: runs, tasks, steps, groups, rollouts, turns, evaluations, "
@@ -20,6 +69,9 @@ const std::vector<Migration>& migrations() {
        "ALTER TABLE runs ADD COLUMN lease_pid INTEGER;"
        "ALTER TABLE runs ADD COLUMN lease_process_started_at REAL;"
        "ALTER TABLE runs ADD COLUMN lease_refreshed_at REAL;"},
+      {4, "turns.node_index, turns.parent_index: every graded turn is a node of its rollout's debugging tree "
+          "(turns.branch); several turns of one rollout may share a turn_index",
+       kTurnsAsTreeNodes},
   };
   return steps;
 }

@@ -8,7 +8,7 @@ namespace leap::store {
 class Database;
 
 /// The schema version this binary writes and understands.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 /// PRAGMA application_id stamped into every leap store ('LEAP' in ASCII), so a foreign
 /// SQLite file is refused instead of being migrated.

@@ -72,7 +72,9 @@ struct TaskInfo {
 
 /// One turn of one rollout: the sample, the environment's verdict and the RL quantities.
 struct TurnRecord {
-  std::int64_t turn_index = 1;     ///< 1-based turn number
+  std::int64_t turn_index = 1;     ///< 1-based turn number (the node's depth in a debugging tree)
+  std::int64_t node_index = 0;     ///< 0-based position among the rollout's graded turns (unique per rollout)
+  std::optional<std::int64_t> parent_index;  ///< node_index of the turn this one continues; empty at turn 1
   std::int64_t segment_index = 0;  ///< 0-based compaction segment the turn belongs to
   std::string prompt;              ///< full prompt text the model saw
   std::string completion;          ///< generated text

@@ -46,7 +46,8 @@ void get(const json& j, const char* k, std::optional<std::string>& v) {
 }
 
 json turn_json(const TurnRecord& t) {
-  return {{"turn_index", t.turn_index}, {"segment_index", t.segment_index}, {"prompt", t.prompt},
+  return {{"turn_index", t.turn_index}, {"node_index", t.node_index}, {"parent_index", opt(t.parent_index)},
+          {"segment_index", t.segment_index}, {"prompt", t.prompt},
           {"completion", t.completion}, {"prompt_tokens", t.prompt_tokens}, {"completion_tokens", t.completion_tokens},
           {"verdict", t.verdict}, {"feedback", t.feedback}, {"candidate_ms", opt(t.candidate_ms)},
           {"reference_ms", opt(t.reference_ms)}, {"speedup", opt(t.speedup)}, {"suspicious", t.suspicious},
@@ -58,6 +59,8 @@ json turn_json(const TurnRecord& t) {
 TurnRecord turn_from(const json& j) {
   TurnRecord t;
   t.turn_index = j.at("turn_index").get<int64_t>();
+  t.node_index = j.at("node_index").get<int64_t>();
+  get(j, "parent_index", t.parent_index);
   t.segment_index = j.at("segment_index").get<int64_t>();
   t.prompt = j.at("prompt").get<std::string>();
   t.completion = j.at("completion").get<std::string>();
