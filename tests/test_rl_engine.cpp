@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 
@@ -310,6 +311,68 @@ TEST_CASE("rl engine: a debugging tree (branch 2) grows, respects the env-call c
   for (const auto& t : groups[0].rollouts[1].turns) capped1.push_back(t.parent);
   CHECK(capped0 == std::vector<int>{-1, 0, 0, 1});
   CHECK(capped1 == std::vector<int>{-1, 0, 0, 1});
+}
+
+TEST_CASE("rl engine: knowledge-base notes reach turn 1's task and the feedback after a failure, and are stored") {
+  Fixture f;
+  test::TempDir kbdir;
+  fs::create_directories(kbdir.path);
+  std::ofstream(kbdir.path / "relu.md") << "---\ntitle: Clamp at zero\nbackend: cpu\nops: [relu]\n---\nUse fmaxf(x, 0).\n";
+  std::ofstream(kbdir.path / "tanh.md") << "---\ntitle: Tanh\nbackend: cpu\nops: [tanh]\n---\nUse tanhf.\n";
+  std::ofstream(kbdir.path / "fmt.md")
+      << "---\ntitle: Answer format\nbackend: cpu\nverdicts: [format_error]\n---\nOne ```cpp block and one ```yaml plan.\n";
+  ScriptedPolicy policy;
+  rl::EngineOptions o;
+  o.max_turns = 3;
+  o.compaction = false;
+  o.dcp.enabled = false;
+  o.kb = std::make_shared<const rl::KnowledgeBase>(rl::KnowledgeBase::load(kbdir.path.string()));
+  std::vector<const env::RuntimeTask*> relu = {f.tasks[0]};
+  auto groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 2, 7, nullptr);
+  const auto& ro = groups[0].rollouts[0];
+  REQUIRE(ro.turns.size() == 3);
+  const std::string task_msg = ro.turns[0].prompt.at(1).content;
+  CHECK(task_msg.find("Notes from the knowledge base:\n### Clamp at zero\nUse fmaxf(x, 0).") != std::string::npos);
+  CHECK(task_msg.find("Tanh") == std::string::npos);
+  CHECK(ro.turns[0].kb_snippets == std::vector<std::string>{"relu"});
+  // The format_error's feedback carries the format note once; turn 3's feedback does not repeat it.
+  const std::string fb2 = ro.turns[1].prompt.back().content;
+  CHECK(fb2.rfind("Result: format_error", 0) == 0);
+  CHECK(fb2.find("### Answer format") != std::string::npos);
+  CHECK(ro.turns[1].kb_snippets == std::vector<std::string>{"fmt"});
+  CHECK(ro.turns[2].prompt.back().content.find("### Answer format") == std::string::npos);
+  CHECK(ro.turns[2].kb_snippets.empty());
+  // kb.where: feedback leaves the task message as it was; a budget of 1 token adds nothing.
+  o.kb_options.prompt = false;
+  groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 1, 7, nullptr);
+  CHECK(groups[0].rollouts[0].turns[0].prompt.at(1).content.find("knowledge base") == std::string::npos);
+  CHECK(groups[0].rollouts[0].turns[1].kb_snippets == std::vector<std::string>{"fmt"});
+  o.kb_options.max_tokens = 1;
+  groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 1, 7, nullptr);
+  for (const auto& t : groups[0].rollouts[0].turns) CHECK(t.kb_snippets.empty());
+
+  // The store keeps each turn's snippet ids.
+  config::Experiment exp;
+  exp.reward.kind = "binary";
+  o.kb_options = {};
+  groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 2, 7, nullptr);
+  test::TempDir d;
+  store::Store db(d.path / "leap.db");
+  store::RunInfo info;
+  info.name = "kb-test";
+  info.config_yaml = "{}";
+  info.config_hash = "0";
+  info.git_commit = "test";
+  info.hostname = "test";
+  store::StepRecord rec;
+  rec.run_id = db.create_run(info);
+  rec.step = 1;
+  rec.groups = rl::group_records(groups, {rl::score_group(groups[0], exp)}, relu, "starter", {}, true);
+  db.write_step(rec);
+  auto q = db.db().prepare("SELECT turn_index, kb_snippets FROM turns ORDER BY id");
+  std::vector<std::string> stored;
+  while (q.step()) stored.push_back(std::to_string(q.column_int64(0)) + ":" + q.column_text(1));
+  CHECK(stored == std::vector<std::string>{"1:relu", "2:fmt", "3:", "1:relu", "2:fmt", "3:"});
 }
 
 TEST_CASE("rl engine: with one turn no group is activated, whatever its failure ratio") {

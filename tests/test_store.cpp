@@ -850,7 +850,7 @@ TEST_CASE("store: a v2 store (runs without a lease) is readable read-only and ta
     CHECK(ro.get_run("r1")->status == RunStatus::running);
   }
   Store store(tmp.file());
-  CHECK(store.db().user_version() == 3);
+  CHECK(store.db().user_version() == kSchemaVersion);
   CHECK_FALSE(store.get_lease("r1").has_value());
   leap::store::RunLease me{"h", 7, 5.0, 0};
   CHECK_FALSE(store.acquire_lease("r1", me, [](const leap::store::RunLease&) { return std::optional<std::string>(); })

@@ -22,11 +22,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// The ids of a comma-separated list ("" gives none).
+std::vector<std::string> split_ids(const std::string& list) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a < list.size()) {
+    const size_t b = std::min(list.find(',', a), list.size());
+    out.push_back(list.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+
 /// Writes one JSON object per turn of `run_id` to `out`; returns the number of lines.
 int64_t export_jsonl(store::Store& st, const std::string& run_id, std::ostream& out) {
   // A store before schema version 4 (read as it is) holds chains: node t - 1, parent t - 2.
   const bool tree = st.db().has_column("turns", "node_index");
-  const std::string node = tree ? "u.node_index, u.parent_index" : "u.turn_index - 1, nullif(u.turn_index - 2, -1)";
+  const std::string node = tree ? "u.node_index, u.parent_index, u.kb_snippets"
+                                 : "u.turn_index - 1, nullif(u.turn_index - 2, -1), ''";
   store::Statement q = st.db().prepare(
       "SELECT g.step, t.task_set, t.name, t.level, g.group_index, g.dcp_activated, o.rollout_index, o.reward, "
       "o.advantage, o.first_success_turn, o.reward_rank, o.reward_binary, o.reward_speedup, o.reward_kernelgym, "
@@ -52,6 +65,7 @@ int64_t export_jsonl(store::Store& st, const std::string& run_id, std::ostream& 
         {"turn", q.column_int64(14)},
         {"node", q.column_int64(28)},
         {"parent", opt_int(29)},
+        {"kb_snippets", split_ids(q.column_text(30))},
         {"segment", q.column_int64(15)},
         {"prompt", q.column_text(16)},
         {"completion", q.column_text(17)},

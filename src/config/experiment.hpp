@@ -125,6 +125,13 @@ struct AdvantageConfig {
   } sae;
 };
 
+/// `kb:` a platform knowledge base injected into prompts and feedback (after ATRL; rl/knowledge_base.hpp).
+struct KbConfig {
+  std::string dir;                 ///< folder of markdown snippets; "" = off
+  int64_t max_tokens = 256;        ///< tokens of snippets added at one place at most
+  std::string where = "both";      ///< prompt | feedback | both
+};
+
 /// `compaction:` context compaction (after ATRL).
 struct CompactionConfig {
   bool enabled = true;
@@ -242,6 +249,7 @@ struct Experiment {
   RewardConfig reward;
   AdvantageConfig advantage;
   CompactionConfig compaction;
+  KbConfig kb;
   LossConfig loss;
   OptimConfig optim;
   TrainConfig train;

@@ -364,6 +364,8 @@ void require_input_folders(const Experiment& exp, const std::string& source) {
                       "' (create the tiny one with: leap model init --preset tiny --out " + exp.model.path + ")");
   if (!std::filesystem::is_directory(exp.tasks.dir))
     throw ConfigError(source + ": key 'tasks.dir': no task folder '" + exp.tasks.dir + "'");
+  if (!exp.kb.dir.empty() && !std::filesystem::is_directory(exp.kb.dir))
+    throw ConfigError(source + ": key 'kb.dir': no knowledge-base folder '" + exp.kb.dir + "'");
 }
 
 }  // namespace leap::config

@@ -182,6 +182,13 @@ std::vector<Field> build() {
   s.push_back(F("compaction.summary_max_tokens", FT::Int,
                 member(&E_::compaction, &CompactionConfig::summary_max_tokens),
                 "length limit of a generated summary (tokens)", 1, 1000000));
+  // kb
+  s.push_back(F("kb.dir", FT::String, member(&E_::kb, &KbConfig::dir),
+                "knowledge base: a folder of markdown snippets with tags (ATRL); empty = off"));
+  s.push_back(F("kb.max_tokens", FT::Int, member(&E_::kb, &KbConfig::max_tokens),
+                "tokens of snippets added to one prompt or feedback message at most", 1, 1000000));
+  s.push_back(E("kb.where", {"prompt", "feedback", "both"}, member(&E_::kb, &KbConfig::where),
+                "snippets in turn 1's task message, in the feedback before later turns, or both"));
   // loss
   s.push_back(F("loss.eps_low", FT::Double, member(&E_::loss, &LossConfig::eps_low),
                 "lower clip of the ratio: 1 - eps_low", 0, 1));

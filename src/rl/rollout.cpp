@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <tuple>
 
 #include "env/task_runtime.hpp"
@@ -27,7 +28,16 @@ struct Live {
   int parent = -1;       ///< graded turn it continues (index into the rollout's turns); -1 at turn 1
   Prompt context;        ///< messages it continues (before compaction)
   int segment = 0;
+  std::vector<std::string> kb_added;  ///< knowledge-base snippets its prompt added
+  std::set<std::string> kb_shown;     ///< ... and those its whole context holds
 };
+
+/// Appends the knowledge-base snippets to the context's last (user) message and records them.
+void add_snippets(Live& l, const std::vector<const KbSnippet*>& snippets) {
+  if (snippets.empty()) return;
+  l.context.back().content += "\n\n" + kb_text(snippets);
+  for (const KbSnippet* s : snippets) l.kb_added.push_back(s->id), l.kb_shown.insert(s->id);
+}
 
 }  // namespace
 
@@ -125,14 +135,20 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
   EngineStats& st = stats ? *stats : local;
   std::vector<GroupResult> groups(tasks.size());
   std::vector<Live> live;
+  const KnowledgeBase* kb = options_.kb.get();
+  const auto tokens = [&](const std::string& text) { return policy_.count_tokens({{"user", text}}); };
   for (size_t g = 0; g < tasks.size(); ++g) {
     groups[g].task_index = g;
     groups[g].rollouts.resize(static_cast<size_t>(group_size));
+    std::vector<const KbSnippet*> notes;  // the task's snippets (ATRL's knowledge base), once per group
+    if (kb && options_.kb_options.prompt)
+      notes = fit_budget(kb->for_task(tasks[g]->spec(), options_.backend), options_.kb_options.max_tokens, tokens);
     for (int i = 0; i < group_size; ++i) {
       Live l;
       l.group = g;
       l.index = static_cast<size_t>(i);
       l.context = first_turn_messages(tasks[g]->spec(), options_.backend);
+      add_snippets(l, notes);
       live.push_back(std::move(l));
     }
   }
@@ -180,12 +196,18 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
       tr.sample = std::move(samples[a]);
       tr.result = std::move(results[a]);
       tr.env_seconds = env_s / static_cast<double>(live.size());
+      if (!tr.compacted) tr.kb_snippets = l.kb_added;  // a compact record keeps no notes (docs/prompts.md)
       const bool correct = tr.result.is_correct();
       const bool infra = tr.result.is_infra_error();  // the environment failed: the attempt stops, void
       if (turn < T && !infra && (!correct || options_.refine_after_success)) {
-        Live child{l.group, l.index, static_cast<int>(ro.turns.size()), {}, l.segment};
+        Live child{l.group, l.index, static_cast<int>(ro.turns.size()), {}, l.segment, {}, l.kb_shown};
         child.context = next_turn_context(prompts[a], tr.sample.text, env::to_string(tr.result.verdict),
                                           tr.result.feedback, tr.result.speedup);
+        if (kb && options_.kb_options.feedback)
+          add_snippets(child, fit_budget(kb->for_feedback(tasks[l.group]->spec(), options_.backend,
+                                                          env::to_string(tr.result.verdict), tr.result.feedback,
+                                                          l.kb_shown),
+                                         options_.kb_options.max_tokens, tokens));
         expandable.push_back(std::move(child));
       }
       ro.turns.push_back(std::move(tr));

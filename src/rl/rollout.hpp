@@ -6,12 +6,14 @@
 // gets several feedback-conditioned children, a debugging tree as in Murphy (arXiv:2511.07833).
 // Used by training and `leap eval`.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "env/verdict.hpp"
 #include "rl/dcp.hpp"
 #include "rl/grader.hpp"
+#include "rl/knowledge_base.hpp"
 #include "rl/policy.hpp"
 
 namespace leap::rl {
@@ -29,6 +31,8 @@ struct EngineOptions {
   int64_t max_prompt_tokens = 2048;  ///< compaction budget of a turn's prompt (tokens)
   std::string compaction_strategy = "digest";  ///< digest | summary
   int64_t summary_max_tokens = 256;
+  std::shared_ptr<const KnowledgeBase> kb;  ///< null: no knowledge base (config kb.dir empty)
+  KbOptions kb_options;                     ///< where its snippets go and how many tokens
 };
 
 /// One generated sample of a rollout: a graded turn, or (strategy `summary`) a summary the
@@ -44,6 +48,7 @@ struct TurnResult {
   std::string prompt_text;      ///< rendered prompt
   Sample sample;                ///< completion and token ids
   env::EvalResult result;       ///< verdict and feedback (not set for summaries)
+  std::vector<std::string> kb_snippets;  ///< knowledge-base snippet ids first added by this turn's prompt
   double env_seconds = 0;       ///< share of the batch's grading wall time (s)
 };
 

@@ -75,6 +75,7 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
         }
         trec.env_seconds = tr.env_seconds;
         trec.compacted = tr.compacted;
+        for (const auto& id : tr.kb_snippets) trec.kb_snippets += (trec.kb_snippets.empty() ? "" : ",") + id;
         rr.turns.push_back(std::move(trec));
       }
       grec.rollouts.push_back(std::move(rr));

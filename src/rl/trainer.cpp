@@ -208,6 +208,7 @@ struct Run {
   int64_t checkpoint_step = -1;     ///< step of `checkpoint` written by this process (-1: none)
   store::RunLease lease;            ///< this process as the run's writer (rank 0)
   std::string log_path;             ///< results/<run>/train.log
+  std::shared_ptr<const KnowledgeBase> kb;  ///< kb.dir's snippets, or null
 
   Run(const config::Experiment& e, const TrainContext& c)
       : exp(e), ctx(c), db(c.store), pg(c.group), rank(c.group ? c.group->rank() : 0),
@@ -222,8 +223,12 @@ struct Run {
   }
 };
 
-EngineOptions engine_options(const config::Experiment& exp) {
+EngineOptions engine_options(const config::Experiment& exp, std::shared_ptr<const KnowledgeBase> kb) {
   EngineOptions o;
+  o.kb = std::move(kb);
+  o.kb_options.prompt = exp.kb.where != "feedback";
+  o.kb_options.feedback = exp.kb.where != "prompt";
+  o.kb_options.max_tokens = exp.kb.max_tokens;
   o.backend = exp.env.backend;
   o.sampling.temperature = exp.rollout.temperature;
   o.sampling.top_p = exp.rollout.top_p;
@@ -245,7 +250,7 @@ EngineOptions engine_options(const config::Experiment& exp) {
 
 /// Periodic evaluation on the eval split: metrics and eval_results rows for `step`.
 EvalSummary run_eval(Run& r, int64_t step) {
-  EngineOptions o = engine_options(r.exp);
+  EngineOptions o = engine_options(r.exp, r.kb);
   o.dcp.enabled = false;  // every failed sample is debugged
   o.max_turns = static_cast<int>(r.exp.eval.turns);
   o.sampling.temperature = r.exp.eval.temperature;
@@ -332,6 +337,10 @@ void load_tasks(Run& r) {
     throw ConfigError(r.ctx.config_path + ": key 'tasks.train_split': split '" + exp.tasks.train_split + "' of " +
                       exp.tasks.dir + " has no tasks");
   r.eval = load_split(r.set, exp, exp.tasks.eval_split);
+  if (!exp.kb.dir.empty()) {
+    r.kb = std::make_shared<const KnowledgeBase>(KnowledgeBase::load(exp.kb.dir));
+    spdlog::info("knowledge base {}: {} snippets ({})", exp.kb.dir, r.kb->snippets().size(), exp.kb.where);
+  }
 }
 
 /// Device, tokenizer, fp32 master weights (LoRA, gradient checkpointing), the frozen reference
@@ -750,7 +759,7 @@ class SummaryWindows {
 /// Steps start_step..train.steps (until an interrupt); returns the first step not run.
 int64_t run_steps(Run& r, int64_t start_step, TrainSummary& summary) {
   ReleasingGrader grading(*r.ctx.grader, r.device.is_cuda());  // cached GPU memory back before grading
-  RolloutEngine engine(*r.policy, grading, engine_options(r.exp));
+  RolloutEngine engine(*r.policy, grading, engine_options(r.exp, r.kb));
   const int64_t total = r.exp.train.steps;
   const auto n = static_cast<int64_t>(r.train.tasks.size()), per = std::max<int64_t>(1, r.exp.rollout.tasks_per_step);
   summary.window = std::max<int64_t>(1, std::min<int64_t>((n + per - 1) / per, (total - start_step + 1) / 2));

@@ -38,6 +38,7 @@ CREATE TABLE turns_v4 (
   new_logprob_mean  REAL,
   env_seconds       REAL NOT NULL,
   compacted         INTEGER NOT NULL CHECK (compacted IN (0, 1)),
+  kb_snippets       TEXT NOT NULL DEFAULT '',
   UNIQUE (rollout_id, node_index)
 );
 INSERT INTO turns_v4 (id, rollout_id, turn_index, node_index, parent_index, segment_index, prompt, completion,
@@ -70,7 +71,8 @@ const std::vector<Migration>& migrations() {
        "ALTER TABLE runs ADD COLUMN lease_process_started_at REAL;"
        "ALTER TABLE runs ADD COLUMN lease_refreshed_at REAL;"},
       {4, "turns.node_index, turns.parent_index: every graded turn is a node of its rollout's debugging tree "
-          "(turns.branch); several turns of one rollout may share a turn_index",
+          "(turns.branch); several turns of one rollout may share a turn_index; turns.kb_snippets: the "
+          "knowledge-base snippets a turn's prompt added (kb.dir)",
        kTurnsAsTreeNodes},
   };
   return steps;

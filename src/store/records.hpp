@@ -93,6 +93,7 @@ struct TurnRecord {
   std::optional<double> new_logprob_mean;  ///< mean per-token log-prob after the update (nats)
   double env_seconds = 0;              ///< wall seconds the environment spent on this turn
   bool compacted = false;              ///< this turn's prompt was compacted
+  std::string kb_snippets;             ///< knowledge-base snippet ids this turn's prompt added, comma-separated
 };
 
 /// One rollout (trajectory) of a group.

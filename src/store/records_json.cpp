@@ -53,13 +53,14 @@ json turn_json(const TurnRecord& t) {
           {"reference_ms", opt(t.reference_ms)}, {"speedup", opt(t.speedup)}, {"suspicious", t.suspicious},
           {"reward", num(t.reward)}, {"discounted_return", num(t.discounted_return)}, {"advantage", num(t.advantage)},
           {"old_logprob_mean", opt(t.old_logprob_mean)}, {"new_logprob_mean", opt(t.new_logprob_mean)},
-          {"env_seconds", num(t.env_seconds)}, {"compacted", t.compacted}};
+          {"env_seconds", num(t.env_seconds)}, {"compacted", t.compacted}, {"kb_snippets", t.kb_snippets}};
 }
 
 TurnRecord turn_from(const json& j) {
   TurnRecord t;
   t.turn_index = j.at("turn_index").get<int64_t>();
   t.node_index = j.at("node_index").get<int64_t>();
+  t.kb_snippets = j.at("kb_snippets").get<std::string>();
   get(j, "parent_index", t.parent_index);
   t.segment_index = j.at("segment_index").get<int64_t>();
   t.prompt = j.at("prompt").get<std::string>();

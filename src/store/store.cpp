@@ -16,8 +16,8 @@ constexpr std::string_view kInsertTurn = R"SQL(
 INSERT INTO turns (rollout_id, turn_index, segment_index, prompt, completion, prompt_tokens,
                    completion_tokens, verdict, feedback, candidate_ms, reference_ms, speedup,
                    suspicious, reward, discounted_return, advantage, old_logprob_mean,
-                   new_logprob_mean, env_seconds, compacted, node_index, parent_index)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)
+                   new_logprob_mean, env_seconds, compacted, node_index, parent_index, kb_snippets)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)
 )SQL";
 
 constexpr std::string_view kInsertRollout = R"SQL(
@@ -291,7 +291,7 @@ void Store::write_step(const StepRecord& s) {
           turn.bind_double(16, t.advantage).bind_opt_double(17, t.old_logprob_mean);
           turn.bind_opt_double(18, t.new_logprob_mean).bind_double(19, t.env_seconds);
           turn.bind_int64(20, t.compacted ? 1 : 0);
-          turn.bind_int64(21, t.node_index).bind_opt_int64(22, t.parent_index);
+          turn.bind_int64(21, t.node_index).bind_opt_int64(22, t.parent_index).bind_text(23, t.kb_snippets);
           turn.run();
         }
       }
