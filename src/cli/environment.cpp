@@ -40,6 +40,9 @@ env::VerifierOptions verifier_options(const config::EnvConfig& e) {
   o.min_timed_ms = e.timing.min_timed_ms;
   o.threads = static_cast<int>(e.cpu.threads);
   o.feedback_max_chars = static_cast<size_t>(e.feedback_max_chars);
+  o.profile_feedback = e.profile_feedback;
+  o.peak_gb_s = e.backend == "cuda" ? e.cuda.peak_gb_s : e.cpu.peak_gb_s;
+  o.peak_name = e.backend == "cuda" ? "GPU copy bandwidth (env.cuda.peak_gb_s)" : "single-core reference bandwidth";
   return o;
 }
 
@@ -128,7 +131,10 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const 
   // context still ends the worker (Backend::worker_must_exit).
   if (backend == "cuda") po.max_jobs_per_worker = 64;
   out->pool = std::make_shared<env::WorkerPool>(out->backend, po);
-  out->verifier = std::make_unique<env::Verifier>(out->backend, out->pool, verifier_options(e));
+  env::VerifierOptions vo = verifier_options(e);
+  vo.peak_gb_s = backend == "cuda" ? e.cuda.peak_gb_s : e.cpu.peak_gb_s;  // the backend run, not env.backend
+  vo.peak_name = backend == "cuda" ? "GPU copy bandwidth (env.cuda.peak_gb_s)" : "single-core reference bandwidth";
+  out->verifier = std::make_unique<env::Verifier>(out->backend, out->pool, vo);
   return out;
 }
 

@@ -37,11 +37,13 @@ struct EnvCpuConfig {
   std::string compiler = "g++";                          ///< host C++ compiler
   std::string flags = "-O3 -march=native -fPIC -shared";  ///< compile flags for candidates
   int64_t threads = 1;                                   ///< threads for candidate and reference timing
+  double peak_gb_s = 10.0;  ///< stated single-core memory bandwidth the profiling feedback compares with (GB/s)
 };
 
 /// `env.cuda:` NVRTC + driver API backend.
 struct EnvCudaConfig {
   std::string arch = "sm_90";  ///< NVRTC target when no GPU is present (the GPU's own arch otherwise)
+  double peak_gb_s = 0;        ///< the GPU's copy bandwidth for the profiling feedback (GB/s); 0 = no share shown
 };
 
 /// `env.timing:` how candidate and reference are timed.
@@ -66,6 +68,7 @@ struct EnvConfig {
   bool compile_cache = true;           ///< reuse compiled artifacts keyed by source + flags hash
   std::string cache_dir;  ///< where compiled artifacts are kept; empty = <--results-dir>/cache
   int64_t feedback_max_chars = 2000;   ///< bound on the feedback text shown to the model
+  bool profile_feedback = false;       ///< a correct answer's feedback adds traffic and bandwidth (env/profile.hpp)
   /// off | auto | strict: the sandbox around processes that run or compile generated code
   /// (docs/env.md "Sandbox"); auto applies what the host allows, strict refuses to run without all.
   std::string sandbox = "auto";

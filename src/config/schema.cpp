@@ -84,6 +84,8 @@ std::vector<Field> build() {
                 "folder of the compile cache; empty = <--results-dir>/cache"));
   s.push_back(F("env.feedback_max_chars", FT::Int, member(&E_::env, &EnvConfig::feedback_max_chars),
                 "bound on the feedback text shown in the next turn (characters)", 100, 1000000));
+  s.push_back(F("env.profile_feedback", FT::Bool, member(&E_::env, &EnvConfig::profile_feedback),
+                "a correct answer's feedback adds its memory traffic, bandwidth and share of env.<backend>.peak_gb_s"));
   s.push_back(E("env.sandbox", {"off", "auto", "strict"}, member(&E_::env, &EnvConfig::sandbox),
                 "sandbox of the processes that run or compile generated code: off, auto (what the host allows), strict (refuse without every protection)"));
   s.push_back(F("env.worker_memory_mb", FT::Int, member(&E_::env, &EnvConfig::worker_memory_mb),
@@ -94,8 +96,12 @@ std::vector<Field> build() {
                 "compile flags for cpu candidates"));
   s.push_back(F("env.cpu.threads", FT::Int, member(&E_::env, &EnvConfig::cpu, &EnvCpuConfig::threads),
                 "threads for cpu candidate and reference timing (the same for both)", 1, 1024));
+  s.push_back(F("env.cpu.peak_gb_s", FT::Double, member(&E_::env, &EnvConfig::cpu, &EnvCpuConfig::peak_gb_s),
+                "stated single-core memory bandwidth the profiling feedback compares with (GB/s)", 0, kInf));
   s.push_back(F("env.cuda.arch", FT::String, member(&E_::env, &EnvConfig::cuda, &EnvCudaConfig::arch),
                 "NVRTC target architecture when no GPU is present, e.g. sm_90"));
+  s.push_back(F("env.cuda.peak_gb_s", FT::Double, member(&E_::env, &EnvConfig::cuda, &EnvCudaConfig::peak_gb_s),
+                "the GPU's copy bandwidth for the profiling feedback (GB/s); 0 = no share shown", 0, kInf));
   s.push_back(F("env.timing.warmup", FT::Int, member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::warmup),
                 "untimed runs before the trials", 0, 1000));
   s.push_back(F("env.timing.trials", FT::Int, member(&E_::env, &EnvConfig::timing, &EnvTimingConfig::trials),

@@ -15,6 +15,7 @@
 #include "env/errors.hpp"
 #include "env/extract.hpp"
 #include "env/launch_plan.hpp"
+#include "env/profile.hpp"
 #include "env/poison.hpp"
 #include "env/reference.hpp"
 #include "env/shared_buffers.hpp"
@@ -790,9 +791,13 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   ok.candidate_ms = cand_ms;
   ok.reference_ms = ref_ms;
   ok.speedup = speedup;
+  std::string profile;
+  if (options_.profile_feedback)
+    profile = "\n" + profile_text({static_cast<int>(plan.launches.size()), cand_ms, ref_ms, task_traffic(task),
+                                   options_.peak_gb_s, options_.peak_name});
   ok.feedback = bound_text("correct on " + std::to_string(options_.seeds) + " seeds; candidate " + fmt_ms(cand_ms) +
                                " ms, reference " + fmt_ms(ref_ms) + " ms, speedup " + fmt_num(speedup) + "x (median of " +
-                               std::to_string(cand_n) + " trials)" + note + cpu_note,
+                               std::to_string(cand_n) + " trials)" + note + cpu_note + profile,
                            maxc);
   return ok;
 }

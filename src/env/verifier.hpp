@@ -32,6 +32,9 @@ struct VerifierOptions {
   int threads = 1;                  ///< at::set_num_threads while the reference runs
   size_t feedback_max_chars = 2000; ///< bound on the feedback text
   uint64_t seed = 0;                ///< base of the input seeds (mixed with the task hash)
+  bool profile_feedback = false;    ///< a correct answer's feedback gets env/profile.hpp's line
+  double peak_gb_s = 0;             ///< the bandwidth that line states a share of (GB/s); <= 0: none
+  std::string peak_name;            ///< what that bandwidth is
 };
 
 /// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several

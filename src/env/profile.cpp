@@ -1,0 +1,55 @@
+// Profiling feedback; see env/profile.hpp.
+#include "env/profile.hpp"
+
+#include <cstdio>
+
+#include "env/dtype.hpp"
+#include "util/error.hpp"
+
+namespace leap::env {
+
+namespace {
+
+int64_t tensor_bytes(const tasks::TensorSpec& spec, const std::vector<int64_t>& shape) {
+  DType t;
+  if (!dtype_from_string(spec.dtype, t)) throw Error("task tensor '" + spec.name + "': unknown dtype '" + spec.dtype + "'");
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n * static_cast<int64_t>(dtype_size(t));
+}
+
+/// A number with 3 significant digits ("8.39", "103", "0.00412").
+std::string sig3(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
+
+}  // namespace
+
+Traffic task_traffic(const RuntimeTask& task) {
+  Traffic t;
+  const auto& spec = task.spec();
+  for (size_t i = 0; i < spec.inputs.size() && i < task.input_shapes().size(); ++i)
+    t.read_bytes += tensor_bytes(spec.inputs[i], task.input_shapes()[i]);
+  for (size_t i = 0; i < spec.outputs.size() && i < task.output_shapes().size(); ++i)
+    t.written_bytes += tensor_bytes(spec.outputs[i], task.output_shapes()[i]);
+  return t;
+}
+
+std::string profile_text(const ProfileFacts& f) {
+  const double total = static_cast<double>(f.traffic.read_bytes + f.traffic.written_bytes);
+  std::string s = "profile: " + std::to_string(f.launches) + (f.launches == 1 ? " launch" : " launches") +
+                  " per call, " + sig3(f.candidate_ms) + " ms per call (reference " + sig3(f.reference_ms) +
+                  " ms); it moves at least " + sig3(total / 1e6) + " MB (" +
+                  sig3(static_cast<double>(f.traffic.read_bytes) / 1e6) + " MB of inputs read, " +
+                  sig3(static_cast<double>(f.traffic.written_bytes) / 1e6) + " MB of outputs written)";
+  if (!(f.candidate_ms > 0)) return s;
+  const double gb_s = total / (f.candidate_ms * 1e-3) / 1e9;
+  s += ": " + sig3(gb_s) + " GB/s";
+  if (f.peak_gb_s > 0)
+    s += ", " + sig3(100.0 * gb_s / f.peak_gb_s) + "% of the " + sig3(f.peak_gb_s) + " GB/s " + f.peak_name;
+  return s;
+}
+
+}  // namespace leap::env
