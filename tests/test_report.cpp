@@ -13,6 +13,7 @@
 
 #include "report/config_diff.hpp"
 #include "report/plots.hpp"
+#include "report/table.hpp"
 #include "store/store.hpp"
 #include "support.hpp"
 
@@ -196,6 +197,20 @@ TEST_CASE("report: ablation table, curves, SVG plots and HTML over two runs (DCP
     CHECK(contains(svg, "20260101-000000-bbbb"));
   }
   CHECK(contains(html, "<svg"));  // plots are inlined
+}
+
+TEST_CASE("report: a plot without data removes an earlier report's file; numbers that round to 0 print unsigned") {
+  leap::test::TempDir tmp;
+  const std::string stale = tmp.write("reward_vs_step.svg", "<svg>old</svg>");
+  leap::report::PlotSpec p;
+  p.file = "reward_vs_step.svg";
+  p.lines.push_back({});  // a series without points
+  CHECK(leap::report::write_plots(tmp.path.string(), {p}).empty());
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(leap::report::fmt_num(-0.00001, 4) == "0.0000");
+  CHECK(leap::report::fmt_num(-0.00007, 4) == "-0.0001");
+  CHECK(leap::report::fmt_num(-1.5, 1) == "-1.5");
+  CHECK(leap::report::fmt_num(0.0, 2) == "0.00");
 }
 
 TEST_CASE("report: runs that differ only in seed form one arm with mean and spread") {

@@ -239,6 +239,11 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     const auto t0 = std::chrono::steady_clock::now();
     auto out = generate(model, {prompt}, p, &tok);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The stop token ends the answer; it is not part of it (the finish line says it was met).
+    if (out[0].finish == FinishReason::StopToken && !out[0].tokens.empty()) {
+      std::vector<TokenId> body(out[0].tokens.begin(), out[0].tokens.end() - 1);
+      out[0].text = tok.decode(body);
+    }
     std::cout << out[0].text << "\n";
     std::cerr << "[" << out[0].tokens.size() << " new tokens from a " << prompt.size() << "-token prompt in "
               << std::fixed << std::setprecision(2) << secs << " s; finish: " << finish_reason_name(out[0].finish)

@@ -96,8 +96,11 @@ std::vector<WrittenPlot> write_plots(const std::string& dir, const std::vector<P
       write_data(f, s, p.file);
       files.emplace_back(f.string(), &s);
     }
-    if (files.empty()) continue;
     const fs::path svg = fs::path(dir) / p.file;
+    if (files.empty()) {
+      fs::remove(svg);  // a plot from an earlier report in this folder would be stale
+      continue;
+    }
     const fs::path script = data / (stem + ".gp");
     {
       std::ofstream gp(script);

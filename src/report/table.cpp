@@ -10,7 +10,10 @@ std::string fmt_num(double v, int digits) {
   if (std::isnan(v)) return "-";
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
+  std::string s = b;
+  // A negative value that rounds to zero prints as 0, not -0.000.
+  if (s[0] == '-' && s.find_first_not_of("-0.") == std::string::npos) s.erase(0, 1);
+  return s;
 }
 
 std::string html_escape(const std::string& s) {

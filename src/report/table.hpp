@@ -23,7 +23,7 @@ std::string render_csv(const Table& t);
 std::string render_html(const Table& t);
 /// `s` with & < > " ' escaped for HTML / XML text and attributes.
 std::string html_escape(const std::string& s);
-/// `v` with `digits` decimals, "-" for NaN.
+/// `v` with `digits` decimals, "-" for NaN; a negative value that rounds to zero has no sign.
 std::string fmt_num(double v, int digits = 3);
 
 }  // namespace leap::report
