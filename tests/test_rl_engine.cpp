@@ -297,6 +297,11 @@ TEST_CASE("rl engine: a debugging tree (branch 2) grows, respects the env-call c
   CHECK(rows == 12);
   CHECK(parents[0] == parents0);
   CHECK(parents[1] == parents1);
+  // A tree's final verdict: correct when any node passed (rollout 0's last node failed).
+  auto fv = db.db().prepare("SELECT final_verdict FROM rollouts ORDER BY rollout_index");
+  std::vector<std::string> finals;
+  while (fv.step()) finals.push_back(fv.column_text(0));
+  CHECK(finals == std::vector<std::string>{"correct", "format_error"});
 
   // A cap of 8 graded turns: 2 + 4, then one grandchild each for the first two expandable
   // attempts (round-robin: first children first).

@@ -2,10 +2,27 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "env/task_runtime.hpp"
 
 namespace leap::rl {
+
+namespace {
+
+/// The rollout's last verdict: its last turn's for a chain; for a tree (an attempt with several
+/// children) "correct" when any node passed, else the last graded node's.
+std::string final_verdict(const RolloutResult& ro) {
+  if (ro.turns.empty()) return "format_error";
+  std::set<int> parents;
+  bool tree = false;
+  for (const auto& t : ro.turns)
+    if (t.parent >= 0 && !parents.insert(t.parent).second) tree = true;
+  if (tree && ro.first_success() > 0) return "correct";
+  return std::string(env::to_string(ro.turns.back().result.verdict));
+}
+
+}  // namespace
 
 store::TaskInfo task_info(const std::string& task_set, const tasks::TaskSpec& spec) {
   store::TaskInfo t;
@@ -38,7 +55,7 @@ std::vector<store::GroupRecord> group_records(const std::vector<GroupResult>& gr
       const auto& sc = scored[g][i];
       store::RolloutRecord rr;
       rr.rollout_index = static_cast<int64_t>(i);
-      rr.final_verdict = ro.turns.empty() ? "format_error" : std::string(env::to_string(ro.turns.back().result.verdict));
+      rr.final_verdict = final_verdict(ro);
       if (ro.first_success() > 0) rr.first_success_turn = ro.first_success();
       rr.reward = sc.reward;
       rr.advantage = sc.advantage;
