@@ -124,6 +124,9 @@ TEST_CASE("config: debugging trees and staged advantages need a reward defined o
   CHECK(contains(error_of("reward: {kind: binary, tree: sum}"), "'reward.tree'"));
   CHECK(contains(error_of("advantage: {sae: {value: mean}}"), "'advantage.sae.value'"));
   CHECK(contains(error_of("turns: {branch: 17}"), "out of range"));
+  CHECK(contains(error_of("turns: {max_env_calls: 8}"), "'turns.max_env_calls': 8 leaves no env call for a debugging turn"));
+  CHECK(error_of("turns: {max_env_calls: 9}") == "");
+  CHECK(error_of("turns: {max: 1, max_env_calls: 8}") == "");
   const auto e = config::parse_experiment(
       "reward: {kind: binary, tree: mean}\nturns: {branch: 3, max_env_calls: 20}\n"
       "advantage: {kind: sae, sae: {alpha: 0.25, value: optimistic}}\n", "exp.yaml");

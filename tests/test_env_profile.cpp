@@ -31,6 +31,11 @@ TEST_CASE("env profile: traffic from the task's shapes and dtypes; the text stat
   CHECK(env::profile_text(f) ==
         "profile: 1 launch per call, 0.8 ms per call (reference 1 ms); it moves at least 8 MB (4 MB of inputs "
         "read, 4 MB of outputs written): 10 GB/s, 50% of the 20 GB/s single-core reference bandwidth");
+  // Plain notation with 3 significant digits, never an exponent.
+  env::ProfileFacts g{1, 0.001, 0.002, {40000, 32}, 0.1, "single-core reference bandwidth"};
+  CHECK(env::profile_text(g) ==
+        "profile: 1 launch per call, 0.001 ms per call (reference 0.002 ms); it moves at least 0.04 MB (0.04 MB of "
+        "inputs read, 0.000032 MB of outputs written): 40 GB/s, 40032% of the 0.1 GB/s single-core reference bandwidth");
   f.launches = 3;
   f.peak_gb_s = 0;  // no stated peak: no share
   CHECK(env::profile_text(f) ==

@@ -318,6 +318,35 @@ TEST_CASE("rl engine: a debugging tree (branch 2) grows, respects the env-call c
   CHECK(capped1 == std::vector<int>{-1, 0, 0, 1});
 }
 
+TEST_CASE("rl engine: siblings of a tree share one compact record and one summary") {
+  Fixture f;
+  ScriptedPolicy policy;
+  rl::EngineOptions o;
+  o.max_turns = 3;
+  o.branch = 2;
+  o.dcp.enabled = false;
+  o.compaction = true;
+  o.compaction_strategy = "summary";
+  o.max_prompt_tokens = 1200;  // characters with the scripted policy: every turn 2 and 3 context
+  o.summary_max_tokens = 64;
+  std::vector<const env::RuntimeTask*> relu = {f.tasks[0]};
+  const auto groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 1, 7, nullptr);
+  const auto& ro = groups[0].rollouts[0];
+  REQUIRE(ro.turns.size() == 7);  // 1 + 2 + 4
+  // Turn 2's two children of the root: one summary, the same compact prompt.
+  CHECK(ro.turns[1].compacted);
+  CHECK((ro.turns[1].prompt == ro.turns[2].prompt));
+  CHECK((ro.turns[3].prompt == ro.turns[4].prompt));  // children of node 1
+  CHECK((ro.turns[5].prompt == ro.turns[6].prompt));  // children of node 2
+  // (nodes 1 and 2 wrote the same scripted answer, so their children's records read the same,
+  // but each parent's record was made once: three summaries below.)
+  // One summary per expanded attempt (root, node 1, node 2), each credited to its first child.
+  REQUIRE(ro.summaries.size() == 3);
+  CHECK(ro.summaries[0].next_turn == 1);
+  CHECK(ro.summaries[1].next_turn == 3);
+  CHECK(ro.summaries[2].next_turn == 5);
+}
+
 TEST_CASE("rl engine: knowledge-base notes reach turn 1's task and the feedback after a failure, and are stored") {
   Fixture f;
   test::TempDir kbdir;
@@ -355,6 +384,21 @@ TEST_CASE("rl engine: knowledge-base notes reach turn 1's task and the feedback 
   o.kb_options.max_tokens = 1;
   groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 1, 7, nullptr);
   for (const auto& t : groups[0].rollouts[0].turns) CHECK(t.kb_snippets.empty());
+
+  // Compaction rebuilds the context from the task and the attempts: the latest feedback's notes
+  // are appended to the compact record again (a 1200-character budget compacts every turn 2).
+  o.kb_options = {};
+  o.compaction = true;
+  o.max_prompt_tokens = 1200;
+  groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 1, 7, nullptr);
+  {
+    const auto& t2 = groups[0].rollouts[0].turns.at(1);
+    REQUIRE(t2.compacted);
+    CHECK(t2.prompt.size() == 2);  // [system, compact record]
+    CHECK(t2.prompt.back().content.find("### Answer format") != std::string::npos);
+    CHECK(t2.kb_snippets == std::vector<std::string>{"fmt"});
+  }
+  o.compaction = false;
 
   // The store keeps each turn's snippet ids.
   config::Experiment exp;

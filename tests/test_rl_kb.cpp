@@ -111,6 +111,32 @@ TEST_CASE("rl kb: a bad snippet is refused naming its file and key") {
   CHECK(contains(error_of(empty.path / "missing"), "no knowledge-base folder"));
 }
 
+TEST_CASE("rl kb: UTF-8 only (a BOM and CRLF read fine), any-case .md, keywords only with verdicts, a content hash") {
+  test::TempDir d;
+  snippet(d.path, "win.MD", "\xEF\xBB\xBF---\r\ntitle: Windows\r\nbackend: cpu\r\n---\r\nLine one.\r\nLine two.\r\n");
+  auto kb = rl::KnowledgeBase::load(d.path.string());
+  REQUIRE(kb.snippets().size() == 1);
+  CHECK(kb.snippets()[0].id == "win");
+  CHECK(kb.snippets()[0].body == "Line one.\nLine two.");
+  REQUIRE(kb.find("win") != nullptr);
+  CHECK(kb.find("nope") == nullptr);
+  CHECK(kb.count_for_backend("cpu") == 1);
+  CHECK(kb.count_for_backend("cuda") == 0);
+  const std::string h1 = kb.hash();
+  CHECK(h1.size() == 64);
+  snippet(d.path, "win.MD", "---\ntitle: Windows\nbackend: cpu\n---\nLine one.\nLine two!\n");
+  CHECK(rl::KnowledgeBase::load(d.path.string()).hash() != h1);
+
+  auto one = [](const std::string& text) {
+    test::TempDir t;
+    snippet(t.path, "bad.md", text);
+    return error_of(t.path);
+  };
+  CHECK(contains(one("---\ntitle: t\nbackend: cpu\n---\nbad \xff\xfe bytes\n"), "bad.md: the snippet is not UTF-8 text"));
+  CHECK(contains(one("---\ntitle: t\nbackend: cpu\nkeywords: [race]\n---\nx\n"),
+                 "key 'keywords': keywords select feedback snippets, which need 'verdicts' too"));
+}
+
 TEST_CASE("rl kb: the shipped knowledge bases load and cover both backends") {
   const auto kb = rl::KnowledgeBase::load(std::string(LEAP_SOURCE_DIR) + "/kb");
   int cpu = 0, cuda = 0;

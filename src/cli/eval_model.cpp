@@ -125,6 +125,17 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   o.max_prompt_tokens = exp.compaction.max_prompt_tokens;
   o.compaction_strategy = exp.compaction.strategy;
   o.summary_max_tokens = exp.compaction.summary_max_tokens;
+  // The knowledge base of the run's config (or of --set kb.dir=...), as the trainer's evaluations use it.
+  if (!exp.kb.dir.empty()) {
+    if (!fs::is_directory(exp.kb.dir))
+      throw ConfigError("leap eval: key 'kb.dir': no knowledge-base folder '" + exp.kb.dir + "'");
+    o.kb = std::make_shared<const rl::KnowledgeBase>(rl::KnowledgeBase::load(exp.kb.dir));
+    o.kb_options.prompt = exp.kb.where != "feedback";
+    o.kb_options.feedback = exp.kb.where != "prompt";
+    o.kb_options.max_tokens = exp.kb.max_tokens;
+    spdlog::info("knowledge base {}: {} snippets, {} for the {} backend ({})", exp.kb.dir, o.kb->snippets().size(),
+                 o.kb->count_for_backend(backend), backend, exp.kb.where);
+  }
   const int k = static_cast<int>(a.samples > 0 ? a.samples : exp.eval.samples);
   rl::RolloutEngine engine(policy, grader, o);
   rl::EngineStats es;
@@ -138,7 +149,10 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   info.bench = set.name;
   nlohmann::json settings = {{"model", model_dir}, {"turns", o.max_turns}, {"samples", k},
                              {"temperature", o.sampling.temperature}, {"max_new_tokens", o.sampling.max_new_tokens},
-                             {"backend", backend}};
+                             {"backend", backend}, {"profile_feedback", exp.env.profile_feedback}};
+  if (o.kb)
+    settings["kb"] = {{"dir", exp.kb.dir}, {"where", exp.kb.where}, {"max_tokens", exp.kb.max_tokens},
+                      {"sha256", o.kb->hash()}};
   info.settings_json = settings.dump();
   std::vector<std::pair<std::string, std::string>> answers;  // --save-answers: (path in the folder, text)
   const std::vector<store::EvalResultRecord> records =

@@ -243,6 +243,11 @@ void validate_at(const Experiment& e, const std::function<Where(const std::strin
       e.compaction.summary_max_tokens >= e.compaction.max_prompt_tokens)
     fail(locate("compaction.summary_max_tokens"), "compaction.summary_max_tokens", "must be smaller than compaction.max_prompt_tokens");
   if (e.eval.fast_p.empty()) fail(locate("eval.fast_p"), "eval.fast_p", "needs at least one threshold");
+  if (e.turns.max_env_calls > 0 && e.turns.max > 1 && e.turns.max_env_calls <= e.rollout.group_size)
+    fail(locate("turns.max_env_calls"), "turns.max_env_calls",
+         fmt::format("{} leaves no env call for a debugging turn: turn 1 alone takes rollout.group_size ({}) per "
+                     "group; use 0 (no cap) or more than {}",
+                     e.turns.max_env_calls, e.rollout.group_size, e.rollout.group_size));
   // Node-level (tree) scoring has no first-success turn per rollout to rank on.
   const bool tree_scoring = e.turns.branch > 1 || e.reward.tree != "none" || e.advantage.kind.rfind("sae", 0) == 0;
   if (tree_scoring && e.reward.kind == "rank") {

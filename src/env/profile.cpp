@@ -1,6 +1,8 @@
 // Profiling feedback; see env/profile.hpp.
 #include "env/profile.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "env/dtype.hpp"
@@ -18,11 +20,19 @@ int64_t tensor_bytes(const tasks::TensorSpec& spec, const std::vector<int64_t>& 
   return n * static_cast<int64_t>(dtype_size(t));
 }
 
-/// A number with 3 significant digits ("8.39", "103", "0.00412").
+/// A number with 3 significant digits in plain notation, trailing zeros dropped ("8.39", "1020",
+/// "0.000032", "8").
 std::string sig3(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
+  if (!std::isfinite(v) || v == 0) return v == 0 ? "0" : std::to_string(v);
+  const int e = static_cast<int>(std::floor(std::log10(std::abs(v))));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", std::max(0, 2 - e), v);
+  std::string s = buf;
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
 }
 
 }  // namespace

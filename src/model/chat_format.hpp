@@ -15,6 +15,7 @@ enum class ChatFormat { Auto, ChatML, Llama3 };
 struct ChatMessage {
   std::string role;
   std::string content;
+  bool operator==(const ChatMessage&) const = default;
 };
 
 /// Parses "auto", "chatml" or "llama3" (case-sensitive). Throws leap::ModelError listing them

@@ -47,10 +47,20 @@ std::vector<TurnResult> ancestor_path(const RolloutResult& rollout, int parent) 
 void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn, const EngineOptions& options,
                      uint64_t seed, EngineStats& stats) {
   if (!options.compaction || turn <= 1) return;
-  // Over the budget: these are compacted.
+  // Over the budget: these are compacted. Siblings of a debugging tree (same rollout, same
+  // parent, so the same context) are compacted once and share the record (and its summary).
   std::vector<size_t> over;
   std::vector<int64_t> before;
+  std::vector<std::pair<size_t, size_t>> siblings;  // (sibling, the pending turn compacted for it)
   for (size_t p = 0; p < pending.size(); ++p) {
+    bool shared = false;
+    for (size_t q : over)
+      if (pending[q].rollout == pending[p].rollout && pending[q].parent == pending[p].parent &&
+          *pending[q].segment == *pending[p].segment && *pending[q].context == *pending[p].context) {
+        siblings.emplace_back(p, q), shared = true;
+        break;
+      }
+    if (shared) continue;
     const int64_t n = policy.count_tokens(*pending[p].context);
     if (n > options.max_prompt_tokens) over.push_back(p), before.push_back(n);
   }
@@ -81,6 +91,7 @@ void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn
       tr.prompt_text = policy.render(requests[k]);
       tr.sample = std::move(samples[k]);
       summaries[k] = strip_think(tr.sample.text);
+      p.summary = static_cast<int>(p.rollout->summaries.size());
       p.rollout->summaries.push_back(std::move(tr));
     }
   }
@@ -97,6 +108,12 @@ void compact_context(Policy& policy, std::vector<PendingTurn>& pending, int turn
     p.rollout->tokens_saved += saved;
     stats.compaction_events += 1;
     stats.tokens_saved += saved;
+  }
+  for (const auto& [p, q] : siblings) {
+    *pending[p].context = *pending[q].context;
+    *pending[p].segment = *pending[q].segment;
+    pending[p].compacted = true;
+    pending[p].summary = pending[q].summary;
   }
 }
 

@@ -24,6 +24,7 @@ struct PendingTurn {
   bool compacted = false;                 ///< out: the context is now a compact record
   int parent = -1;                        ///< graded turn it continues (index into rollout->turns); its
                                           ///< ancestors are the attempts a compact record lists
+  int summary = -1;                       ///< out: index of the summary written for it in rollout->summaries
 };
 
 /// The graded turns from turn 1 down to `parent` (index into rollout.turns), in turn order: the

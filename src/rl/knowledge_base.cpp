@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "env/verdict.hpp"
+#include "model/utf8.hpp"
+#include "util/sha256.hpp"
 #include "util/error.hpp"
 
 namespace leap::rl {
@@ -35,7 +37,14 @@ std::vector<std::string> string_list(const YAML::Node& n, const std::string& fil
 }
 
 /// Parses one snippet file's text.
-KbSnippet parse_snippet(const std::string& text, const std::string& file, const std::string& id) {
+KbSnippet parse_snippet(std::string text, const std::string& file, const std::string& id) {
+  if (!model::utf8_valid(text)) throw ConfigError(file + ": the snippet is not UTF-8 text");
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a byte-order mark
+  // CRLF line ends (a file written on Windows) read as LF.
+  std::string lf;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) lf += text[i];
+  text.swap(lf);
   // Front matter: the file starts with a line "---" and the matter ends at the next "---" line.
   if (text.rfind("---\n", 0) != 0)
     throw ConfigError(file + ":1: a knowledge-base snippet starts with a '---' line, then its tags (title, backend, ...), then '---'");
@@ -65,6 +74,8 @@ KbSnippet parse_snippet(const std::string& text, const std::string& file, const 
   s.ops = string_list(m["ops"], file, "ops");
   s.verdicts = string_list(m["verdicts"], file, "verdicts");
   s.keywords = string_list(m["keywords"], file, "keywords");
+  if (!s.keywords.empty() && s.verdicts.empty())
+    throw ConfigError(file + ": key 'keywords': keywords select feedback snippets, which need 'verdicts' too");
   for (const auto& v : s.verdicts) {
     try {
       env::verdict_from_string(v);
@@ -105,10 +116,12 @@ KnowledgeBase KnowledgeBase::load(const std::string& dir) {
   kb.dir_ = dir;
   std::vector<fs::path> files;
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_regular_file() && it->path().extension() == ".md" && it->path().filename() != "README.md")
+    if (it->is_regular_file() && lower(it->path().extension().string()) == ".md" &&
+        lower(it->path().filename().string()) != "readme.md")
       files.push_back(it->path());
   if (ec) throw ConfigError("key 'kb.dir': cannot list '" + dir + "': " + ec.message());
   std::sort(files.begin(), files.end());
+  std::string all;  // what the hash covers
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
     std::stringstream ss;
@@ -117,10 +130,25 @@ KnowledgeBase KnowledgeBase::load(const std::string& dir) {
     std::string id = fs::relative(f, dir).replace_extension().generic_string();
     if (id.find(',') != std::string::npos)
       throw ConfigError(f.string() + ": a snippet's path may not contain ',' (the store lists snippet ids with commas)");
-    kb.snippets_.push_back(parse_snippet(ss.str(), f.string(), id));
+    const std::string text = ss.str();
+    kb.snippets_.push_back(parse_snippet(text, f.string(), id));
+    all += id + '\0' + std::to_string(text.size()) + '\0' + text;
   }
   if (kb.snippets_.empty()) throw ConfigError("key 'kb.dir': '" + dir + "' holds no .md snippet");
+  kb.hash_ = util::sha256_hex(all);
   return kb;
+}
+
+const KbSnippet* KnowledgeBase::find(const std::string& id) const {
+  for (const auto& s : snippets_)
+    if (s.id == id) return &s;
+  return nullptr;
+}
+
+size_t KnowledgeBase::count_for_backend(std::string_view backend) const {
+  size_t n = 0;
+  for (const auto& s : snippets_) n += backend_fits(s, backend) ? 1 : 0;
+  return n;
 }
 
 std::set<std::string> task_terms(const tasks::TaskSpec& task) {

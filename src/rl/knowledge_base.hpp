@@ -36,14 +36,23 @@ struct KbOptions {
 /// The loaded snippets of a folder.
 class KnowledgeBase {
  public:
-  /// Reads every `*.md` under `dir` but README.md files (sorted by id). Front matter between `---` lines, keys title
-  /// (required), backend (required: cpu, cuda or any), ops, verdicts, keywords (lists of
-  /// strings); a non-empty body. Throws ConfigError naming the file (and key) on a missing
-  /// folder, an empty one, bad YAML, an unknown key or verdict, or a missing field.
+  /// Reads every `*.md` (any case) under `dir` but README.md files (sorted by id). UTF-8 (a BOM
+  /// and CRLF line ends are accepted). Front matter between `---` lines, keys title (required),
+  /// backend (required: cpu, cuda or any), ops, verdicts, keywords (lists of strings; keywords
+  /// only with verdicts); a non-empty body. Throws ConfigError naming the file (and key) on a
+  /// missing folder, an empty one, text that is not UTF-8, bad YAML, an unknown key or verdict,
+  /// or a missing field.
   static KnowledgeBase load(const std::string& dir);
 
   const std::vector<KbSnippet>& snippets() const { return snippets_; }
   const std::string& dir() const { return dir_; }
+  /// The snippet with this id, or nullptr.
+  const KbSnippet* find(const std::string& id) const;
+  /// SHA-256 (hex) of every snippet's id and whole file text, in id order: two runs whose
+  /// knowledge bases differ in any byte have different hashes.
+  const std::string& hash() const { return hash_; }
+  /// Snippets that can reach a task on `backend` (its own or `any`).
+  size_t count_for_backend(std::string_view backend) const;
 
   /// Prompt snippets (no verdicts) for a task on `backend`, most relevant first: a snippet with
   /// ops needs one of them among task_terms(task) and scores the number matched; one without ops
@@ -61,6 +70,7 @@ class KnowledgeBase {
  private:
   std::string dir_;
   std::vector<KbSnippet> snippets_;
+  std::string hash_;
 };
 
 /// The lowercase words a task is known by: its name, category and the identifiers of its

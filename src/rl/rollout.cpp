@@ -8,6 +8,7 @@
 
 #include "env/task_runtime.hpp"
 #include "rl/compaction.hpp"
+#include "rl/knowledge_base.hpp"
 #include "rl/prompts.hpp"
 #include "util/hash.hpp"
 
@@ -37,6 +38,22 @@ void add_snippets(Live& l, const std::vector<const KbSnippet*>& snippets) {
   if (snippets.empty()) return;
   l.context.back().content += "\n\n" + kb_text(snippets);
   for (const KbSnippet* s : snippets) l.kb_added.push_back(s->id), l.kb_shown.insert(s->id);
+}
+
+/// A compact record rebuilds the context from the task and the attempts, without notes: the
+/// notes this turn's prompt added (after the latest feedback) are appended to it again, and only
+/// they are in the context now (earlier ones may be retrieved again later).
+void keep_latest_notes(std::vector<Live>& live, const std::vector<PendingTurn>& pending, const KnowledgeBase& kb) {
+  for (size_t a = 0; a < live.size(); ++a) {
+    if (!pending[a].compacted) continue;
+    Live& l = live[a];
+    std::vector<const KbSnippet*> notes;
+    for (const auto& id : l.kb_added)
+      if (const KbSnippet* s = kb.find(id)) notes.push_back(s);
+    l.kb_added.clear();
+    l.kb_shown.clear();
+    add_snippets(l, notes);
+  }
 }
 
 }  // namespace
@@ -159,8 +176,9 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
     std::vector<PendingTurn> pending;
     for (auto& l : live)
       pending.push_back({&tasks[l.group]->spec(), &groups[l.group].rollouts[l.index], &l.context, &l.segment, false,
-                         l.parent});
+                         l.parent, -1});
     compact_context(policy_, pending, turn, options_, seed, st);
+    if (kb) keep_latest_notes(live, pending, *kb);
 
     // Generation: every attempt of this turn in one batched call.
     std::vector<Prompt> prompts;
@@ -196,7 +214,9 @@ std::vector<GroupResult> RolloutEngine::run(const std::vector<const env::Runtime
       tr.sample = std::move(samples[a]);
       tr.result = std::move(results[a]);
       tr.env_seconds = env_s / static_cast<double>(live.size());
-      if (!tr.compacted) tr.kb_snippets = l.kb_added;  // a compact record keeps no notes (docs/prompts.md)
+      tr.kb_snippets = l.kb_added;
+      if (pending[a].summary >= 0 && ro.summaries[static_cast<size_t>(pending[a].summary)].next_turn < 0)
+        ro.summaries[static_cast<size_t>(pending[a].summary)].next_turn = static_cast<int>(ro.turns.size());  // siblings share it: the first
       const bool correct = tr.result.is_correct();
       const bool infra = tr.result.is_infra_error();  // the environment failed: the attempt stops, void
       if (turn < T && !infra && (!correct || options_.refine_after_success)) {

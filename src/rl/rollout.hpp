@@ -41,6 +41,8 @@ struct TurnResult {
   int turn = 1;                 ///< 1-based turn this sample belongs to (a summary: the turn it precedes)
   int parent = -1;              ///< graded turn of the same rollout this one continues (index into
                                 ///< RolloutResult::turns); -1 for turn 1 (and for summaries)
+  int next_turn = -1;           ///< a summary: the graded turn generated from its compact record
+                                ///< (index into RolloutResult::turns; its advantage is the summary's)
   int segment = 0;              ///< 0-based compaction segment
   bool is_summary = false;
   bool compacted = false;       ///< this turn's prompt is a compact record of earlier turns

@@ -105,7 +105,10 @@ std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Ex
       sc.reward_speedup = std::max(sc.reward_speedup, speedup_turn_rewards(o).front());
       sc.reward_kernelgym = std::max(sc.reward_kernelgym, kernelgym_turn_rewards(o, exp.reward.kernelgym_speedup_cap).front());
     }
-    if (!turns.empty()) sc.reward = sc.turn_returns.front(), sc.advantage = sc.turn_advantages.front();
+    // The rollout's reward is its best node's tree reward (with binary: 1 if any node passed, as a
+    // chain's last turn says), its advantage the turn-1 node's.
+    for (size_t t = 0; t < turns.size(); ++t) sc.reward = t ? std::max(sc.reward, sc.turn_returns[t]) : sc.turn_returns[t];
+    if (!turns.empty()) sc.advantage = sc.turn_advantages.front();
   }
   return out;
 }

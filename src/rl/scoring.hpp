@@ -38,7 +38,8 @@ bool tree_scoring(const config::Experiment& exp);
 /// nodes' rewards as one flat group; sae (Tree-OPO) r - alpha V(prefix), centred; sae_projection
 /// that projected onto {sum 0, ||a||^2 <= nodes, correct child >= failed parent}. Per rollout:
 /// turn_rewards are the nodes' own rewards, turn_returns their tree rewards, turn_advantages their
-/// advantages; reward and advantage are the turn-1 node's; reward_binary is 1 if any node of
+/// advantages; reward is the best node's tree reward (binary: 1 if any node passed), advantage
+/// the turn-1 node's; reward_binary is 1 if any node of
 /// the rollout passed, reward_speedup and reward_kernelgym the best node's, reward_rank NaN (the
 /// tournament is not defined on trees). A void node (infra_error) is left out of the group and
 /// gets 0. Throws leap::Error for reward.kind rank.

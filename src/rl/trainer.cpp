@@ -339,7 +339,12 @@ void load_tasks(Run& r) {
   r.eval = load_split(r.set, exp, exp.tasks.eval_split);
   if (!exp.kb.dir.empty()) {
     r.kb = std::make_shared<const KnowledgeBase>(KnowledgeBase::load(exp.kb.dir));
-    spdlog::info("knowledge base {}: {} snippets ({})", exp.kb.dir, r.kb->snippets().size(), exp.kb.where);
+    spdlog::info("knowledge base {}: {} snippets, {} for the {} backend ({}; sha256 {})", exp.kb.dir,
+                 r.kb->snippets().size(), r.kb->count_for_backend(exp.env.backend), exp.env.backend, exp.kb.where,
+                 r.kb->hash().substr(0, 16));
+    if (r.kb->count_for_backend(exp.env.backend) == 0)
+      spdlog::warn("knowledge base {}: no snippet is for the {} backend (or any): no note will be shown", exp.kb.dir,
+                   exp.env.backend);
   }
 }
 
@@ -580,8 +585,11 @@ StepSamples build_samples(const std::vector<GroupResult>& groups, const std::vec
         if (!ro.turns[t].result.is_infra_error())
           add(ro.turns[t], ta[t], seg_base + ro.turns[t].segment, {g, i, t, false});
       for (size_t k = 0; k < ro.summaries.size(); ++k) {
-        const size_t t = std::min(static_cast<size_t>(ro.summaries[k].turn), ta.size());
-        add(ro.summaries[k], t ? ta[t - 1] : scored[g][i].advantage, seg_base + ro.summaries[k].segment, {g, i, k, true});
+        // A summary shares the advantage of the turn generated from its compact record.
+        const int next = ro.summaries[k].next_turn;
+        const double adv = next >= 0 && static_cast<size_t>(next) < ta.size() ? ta[static_cast<size_t>(next)]
+                                                                               : scored[g][i].advantage;
+        add(ro.summaries[k], adv, seg_base + ro.summaries[k].segment, {g, i, k, true});
       }
     }
   }
