@@ -120,6 +120,22 @@ std::vector<rl::GroupResult> run_scripted(Fixture& f, int max_turns, rl::EngineS
   return engine.run(f.tasks, 4, 7, st);
 }
 
+/// Writes `groups` as step 1 of a new run named `name` in `db` (the rows the trainer writes).
+void write_step(store::Store& db, const std::string& name, const std::vector<rl::GroupResult>& groups,
+                const std::vector<std::vector<rl::ScoredRollout>>& scored, const std::vector<const env::RuntimeTask*>& tasks) {
+  store::RunInfo info;
+  info.name = name;
+  info.config_yaml = "{}";
+  info.config_hash = "0";
+  info.git_commit = "test";
+  info.hostname = "test";
+  store::StepRecord rec;
+  rec.run_id = db.create_run(info);
+  rec.step = 1;
+  rec.groups = rl::group_records(groups, scored, tasks, "starter", {}, true);
+  db.write_step(rec);
+}
+
 }  // namespace
 
 TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, rows match") {
@@ -188,18 +204,7 @@ TEST_CASE("rl engine: DCP expands the mixed group, prunes the all-failed one, ro
   // The store keeps every group, rollout and turn.
   test::TempDir d;
   store::Store db(d.path / "leap.db");
-  store::RunInfo info;
-  info.name = "engine-test";
-  info.config_yaml = "{}";
-  info.config_hash = "0";
-  info.git_commit = "test";
-  info.hostname = "test";
-  const std::string run = db.create_run(info);
-  store::StepRecord rec;
-  rec.run_id = run;
-  rec.step = 1;
-  rec.groups = rl::group_records(groups, {sa, sb}, f.tasks, "starter", {}, true);
-  db.write_step(rec);
+  write_step(db, "engine-test", groups, {sa, sb}, f.tasks);
   CHECK(db.count_rows("groups") == 2);
   CHECK(db.count_rows("rollouts") == 8);
   CHECK(db.count_rows("turns") == 11);
@@ -267,17 +272,7 @@ TEST_CASE("rl engine: a debugging tree (branch 2) grows, respects the env-call c
   const auto scored = rl::score_group(groups[0], exp);
   test::TempDir d;
   store::Store db(d.path / "leap.db");
-  store::RunInfo info;
-  info.name = "tree-test";
-  info.config_yaml = "{}";
-  info.config_hash = "0";
-  info.git_commit = "test";
-  info.hostname = "test";
-  store::StepRecord rec;
-  rec.run_id = db.create_run(info);
-  rec.step = 1;
-  rec.groups = rl::group_records(groups, {scored}, relu, "starter", {}, true);
-  db.write_step(rec);
+  write_step(db, "tree-test", groups, {scored}, relu);
   auto q = db.db().prepare(
       "SELECT r.rollout_index, t.node_index, t.parent_index, t.turn_index, t.verdict, t.advantage FROM turns t "
       "JOIN rollouts r ON r.id = t.rollout_id ORDER BY r.rollout_index, t.node_index");
@@ -407,17 +402,7 @@ TEST_CASE("rl engine: knowledge-base notes reach turn 1's task and the feedback 
   groups = rl::RolloutEngine(policy, *f.grader, o).run(relu, 2, 7, nullptr);
   test::TempDir d;
   store::Store db(d.path / "leap.db");
-  store::RunInfo info;
-  info.name = "kb-test";
-  info.config_yaml = "{}";
-  info.config_hash = "0";
-  info.git_commit = "test";
-  info.hostname = "test";
-  store::StepRecord rec;
-  rec.run_id = db.create_run(info);
-  rec.step = 1;
-  rec.groups = rl::group_records(groups, {rl::score_group(groups[0], exp)}, relu, "starter", {}, true);
-  db.write_step(rec);
+  write_step(db, "kb-test", groups, {rl::score_group(groups[0], exp)}, relu);
   auto q = db.db().prepare("SELECT turn_index, kb_snippets FROM turns ORDER BY id");
   std::vector<std::string> stored;
   while (q.step()) stored.push_back(std::to_string(q.column_int64(0)) + ":" + q.column_text(1));
