@@ -11,13 +11,16 @@
 # Steps already done are skipped (delete models/ewred_lines-sft to redo the warm start). Every heavy
 # command runs under `nice -n 10`.
 #
-# Environment: SEEDS (default "0 1 2"), ARMS (default all four), OUT (default results/ablation:
+# Environment: SEEDS (default "0 1 2"), WARM_SEEDS (warm starts, default "0": seed w != 0 makes
+# models/ewred_lines-sft-w<w> with `--set train.seed=w` and runs every arm x seed from it, so the
+# spread covers the warm start too), ARMS (default all four), OUT (default results/ablation:
 # the store OUT/leap.db, run folders, OUT/sft.db for the warm start), TARGET (eval Acc@1 for the
 # time-to-target column, default 0.8), SET (extra `--set` arguments for every arm, e.g.
 # "--set train.steps=4"), LEAP (default build/leap), JOBS (arm runs at a time, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
+WARM_SEEDS=${WARM_SEEDS:-0}
 ARMS=${ARMS:-"st_grpo mt_binary mt_rank mt_dcp_rank"}
 OUT=${OUT:-results/ablation}
 TARGET=${TARGET:-0.8}
@@ -38,22 +41,33 @@ fi
 if [ ! -f "$TINY/config.json" ]; then
   $NICE $LEAP model init --preset tiny --pretokenizer lines --corpus "$TASKS" --out "$TINY" --seed 0
 fi
-if [ ! -f "$SFT/config.json" ]; then
-  $NICE $LEAP --db "$OUT/sft.db" --results-dir "$OUT" train configs/generated/sft.yaml | tee "$OUT/sft.txt"
-  ckpt=$(awk '/^  checkpoint /{print $2}' "$OUT/sft.txt" | tail -1)
-  [ -f "$ckpt/config.json" ] || { echo "ablation: no checkpoint found after the warm start ($ckpt)" >&2; exit 1; }
-  rm -rf "$SFT.tmp" && cp -r "$ckpt" "$SFT.tmp" && mv "$SFT.tmp" "$SFT"
-fi
+# The warm start of seed w: models/ewred_lines-sft (w = 0, as before) or models/ewred_lines-sft-w<w>.
+sft_of() { if [ "$1" = 0 ]; then echo "$SFT"; else echo "$SFT-w$1"; fi; }
+# The run files of arm x RL seed from warm start w: OUT/ARM-seedS (w = 0) or OUT/ARM-wW-seedS.
+name_of() { if [ "$2" = 0 ]; then echo "$1-seed$3"; else echo "$1-w$2-seed$3"; fi; }
+for w in $WARM_SEEDS; do
+  sft=$(sft_of "$w")
+  if [ ! -f "$sft/config.json" ]; then
+    tag=$( [ "$w" = 0 ] && echo sft || echo "sft-w$w" )
+    $NICE $LEAP --db "$OUT/sft.db" --results-dir "$OUT" train configs/generated/sft.yaml --set train.seed="$w" |
+      tee "$OUT/$tag.txt"
+    ckpt=$(awk '/^  checkpoint /{print $2}' "$OUT/$tag.txt" | tail -1)
+    [ -f "$ckpt/config.json" ] || { echo "ablation: no checkpoint found after the warm start ($ckpt)" >&2; exit 1; }
+    rm -rf "$sft.tmp" && cp -r "$ckpt" "$sft.tmp" && mv "$sft.tmp" "$sft"
+  fi
+done
 echo "ablation: warm start ready after $(( $(date +%s) - start )) s"
-# One arm x seed run; its stdout goes to OUT/ARM-seedS.txt.
+# One arm x RL seed run from warm start w; its stdout goes to OUT/<name_of>.txt.
 run_arm() {
-  local arm=$1 seed=$2 t0
+  local arm=$1 seed=$2 w=$3 t0 name model=()
   t0=$(date +%s)
+  name=$(name_of "$arm" "$w" "$seed")
+  [ "$w" = 0 ] || model=(--set model.path="$(sft_of "$w")")
   # shellcheck disable=SC2086
   $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" train "configs/generated/$arm.yaml" \
-    --set train.seed="$seed" $SET >"$OUT/$arm-seed$seed.txt" 2>"$OUT/$arm-seed$seed.log" ||
-    { echo "ablation: $arm seed $seed failed (tail of $OUT/$arm-seed$seed.log):" >&2; tail -5 "$OUT/$arm-seed$seed.log" >&2; return 1; }
-  echo "ablation: $arm seed $seed: run $(awk '/^run .* finished:/{print $2}' "$OUT/$arm-seed$seed.txt" | tail -1)," \
+    --set train.seed="$seed" "${model[@]}" $SET >"$OUT/$name.txt" 2>"$OUT/$name.log" ||
+    { echo "ablation: $name failed (tail of $OUT/$name.log):" >&2; tail -5 "$OUT/$name.log" >&2; return 1; }
+  echo "ablation: $name: run $(awk '/^run .* finished:/{print $2}' "$OUT/$name.txt" | tail -1)," \
     "$(( $(date +%s) - t0 )) s"
 }
 # JOBS runs at a time (default 1; with 2, set "--set model.cpu_threads=1" in SET so the two
@@ -61,22 +75,28 @@ run_arm() {
 JOBS=${JOBS:-1}
 pids=()
 failed=0
-for seed in $SEEDS; do
-  for arm in $ARMS; do
-    run_arm "$arm" "$seed" &
-    pids+=($!)
-    if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+for w in $WARM_SEEDS; do
+  for seed in $SEEDS; do
+    for arm in $ARMS; do
+      run_arm "$arm" "$seed" "$w" &
+      pids+=($!)
+      if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+    done
   done
 done
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
 runs=()
-for seed in $SEEDS; do
-  for arm in $ARMS; do
-    id=$(awk '/^run .* finished:/{print $2}' "$OUT/$arm-seed$seed.txt" | tail -1)
-    [ -n "$id" ] && runs+=("$id")
+for w in $WARM_SEEDS; do
+  for seed in $SEEDS; do
+    for arm in $ARMS; do
+      id=$(awk '/^run .* finished:/{print $2}' "$OUT/$(name_of "$arm" "$w" "$seed").txt" | tail -1)
+      [ -n "$id" ] && runs+=("$id")
+    done
   done
 done
 ids=$(IFS=,; echo "${runs[*]}")
-$LEAP --db "$OUT/leap.db" report --runs "$ids" --target "$TARGET" --format md | tee "$OUT/report.md"
+same=()
+[ "$(echo $WARM_SEEDS | wc -w)" -gt 1 ] && same=(--same model.path)  # warm starts pool into each arm
+$LEAP --db "$OUT/leap.db" report --runs "$ids" --target "$TARGET" --format md "${same[@]}" | tee "$OUT/report.md"
 echo "ablation: ${#runs[@]} runs ($ids) in $(( $(date +%s) - start )) s; table in $OUT/report.md"
 [ "$failed" = 0 ] || { echo "ablation: some arm runs failed; the table above has only the runs that finished" >&2; exit 1; }

@@ -232,6 +232,16 @@ TEST_CASE("report: runs that differ only in seed form one arm with mean and spre
   CHECK(contains(dup.out, "| dcp_off (20260101-000000-bbbb) | 1 |"));
   // The time-to-target column keeps the target's digits.
   CHECK(contains(run_leap("--db " + db + " report --format csv --target 0.655").out, "s_to_acc@1>=0.655"));
+  // --same: a key whose values do not make arms (here dcp.enabled) pools the three runs.
+  auto same = run_leap("--db " + db + " report --format md --same dcp.enabled --runs "
+                       "20260101-000000-aaaa,20260101-000000-cccc,20260101-000000-bbbb");
+  CAPTURE(same.err);
+  REQUIRE(same.rc == 0);
+  CHECK(contains(same.out, "| dcp_on (3 seeds) | 3 |"));
+  CHECK_FALSE(contains(same.out, "dcp_off"));
+  auto nokey = run_leap("--db " + db + " report --same no.such.key");
+  CHECK(nokey.rc == 2);
+  CHECK(contains(nokey.err, "no run has the config key 'no.such.key'"));
 }
 
 TEST_CASE("export: one JSON line per turn with prompt, completion, verdict, rewards and advantage") {

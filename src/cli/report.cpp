@@ -46,7 +46,7 @@ void write_file(const fs::path& p, const std::string& text) {
 }
 
 int run_report(const std::string& db, const std::string& runs_arg, const std::string& format, std::string out_dir,
-               double target, const std::string& results_dir) {
+               double target, const std::string& results_dir, const std::string& same_arg) {
   if (!runs_arg.empty() && split_ids(runs_arg).empty())
     throw UsageError("leap report --runs '" + runs_arg + "': no run id in it");
   if (!fs::exists(db)) throw UsageError("leap report: no store at " + db + " (give --db PATH)");
@@ -67,6 +67,13 @@ int run_report(const std::string& db, const std::string& runs_arg, const std::st
   for (const auto& id : ids) {
     if (!st.get_run(id)) throw UsageError("leap report: no run '" + id + "' in " + db);
     runs.push_back(report::summarize_run(st, id, target));
+  }
+  // --same: config keys whose values do not make separate arms (e.g. model.path of several warm
+  // starts, so an arm's spread covers them).
+  for (const auto& key : split_ids(same_arg)) {
+    bool known = false;
+    for (auto& r : runs) known = r.config.erase(key) > 0 || known;
+    if (!known) throw UsageError("leap report --same: no run has the config key '" + key + "'");
   }
   report::Table ablation = report::ablation_table(runs, target);
   std::vector<report::Table> curves;
@@ -135,6 +142,7 @@ Handler add_report(CLI::App& app, const GlobalOptions& g) {
   struct Opts {
     std::string runs, format = "table", out;
     double target = 0;
+    std::string same;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--runs", o->runs, "comma-separated run ids (default: all training runs)");
@@ -142,7 +150,10 @@ Handler add_report(CLI::App& app, const GlobalOptions& g) {
       ->check(CLI::IsMember({"table", "md", "csv", "html"}))->capture_default_str();
   cmd->add_option("--out", o->out, "folder for plots (SVG) and the report file (html default: <results-dir>/report)");
   cmd->add_option("--target", o->target, "report wall time to reach this eval Acc@1 (0..1)")->check(CLI::Range(0.0, 1.0));
-  return [o, &g]() -> int { return run_report(g.db, o->runs, o->format, o->out, o->target, g.results_dir); };
+  cmd->add_option("--same", o->same,
+                  "comma-separated config keys whose differences do not make separate arms, e.g. model.path to pool "
+                  "runs from several warm starts into one arm");
+  return [o, &g]() -> int { return run_report(g.db, o->runs, o->format, o->out, o->target, g.results_dir, o->same); };
 }
 
 }  // namespace leap::cli
