@@ -496,6 +496,11 @@ TEST_CASE("rl eval: --save-answers keeps each answer as <task>/s<sample>_t<turn>
   CHECK(sol.rc == 2);
   CHECK(sol.err.find("--save-answers goes with --model or --run") != std::string::npos);
   CHECK_FALSE(fs::exists(out.path / "x"));
+  // Sampling and selection flags do nothing for saved answers: refused rather than ignored.
+  auto lim = test::run_leap("eval --tasks tasks/starter --solutions " + answers.string() + " --limit 3 --db " + db);
+  CHECK(lim.rc == 2);
+  CHECK(lim.err.find("--limit goes with --model or --run") != std::string::npos);
+  CHECK(s.count_rows("evaluations") == 1);
 }
 
 TEST_CASE("rl report: leap report over two short real runs (DCP on and off) shows both and the switch") {

@@ -222,6 +222,11 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     if (!o->solutions.empty()) {
       if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
       if (!o->save_answers.empty()) throw UsageError("leap eval: --save-answers goes with --model or --run");
+      // Flags of sampling and task selection mean nothing for saved answers: refused, not ignored.
+      for (const auto& [flag, set] : {std::pair<const char*, bool>{"--limit", o->limit > 0}, {"--turns", o->turns > 0},
+                                      {"--samples", o->samples > 0}, {"--levels", !o->levels.empty()},
+                                      {"--split", !o->split.empty()}, {"--checkpoint", o->checkpoint >= 0}})
+        if (set) throw UsageError(std::string("leap eval: ") + flag + " goes with --model or --run (--solutions grades every answer file given)");
       return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g);
     }
     if (o->bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
