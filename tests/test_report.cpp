@@ -75,12 +75,13 @@ TurnRecord turn(int64_t t, const std::string& verdict, std::optional<double> spe
 /// A run of 2 steps; each step has one group of two rollouts on task "relu". `dcp`: whether the
 /// step-1 group was expanded. Rollout 0 is correct at turn 1 (2.0x, 100 tokens), rollout 1 fails
 /// turn 1 (50 tokens) and, when expanded, is correct at turn 2 (1.0x, 50 tokens).
-std::string make_run(Store& st, const std::string& id, bool dcp, int seed, double t0) {
+std::string make_run(Store& st, const std::string& id, bool dcp, int seed, double t0, const std::string& extra_yaml = "") {
   RunInfo info;
   info.id = id;
   info.name = dcp ? "dcp_on" : "dcp_off";
   info.config_yaml = std::string("name: ") + info.name + "\ndcp:\n  enabled: " + (dcp ? "true" : "false") +
-                     "\n  min_fail_ratio: 0.5\ntrain:\n  seed: " + std::to_string(seed) + "\n";
+                     "\n  min_fail_ratio: 0.5\nreward:\n  kind: binary\ntrain:\n  seed: " + std::to_string(seed) + "\n" +
+                     extra_yaml;
   info.seed = seed;
   info.started_at = t0;
   st.create_run(info);
@@ -242,6 +243,23 @@ TEST_CASE("report: runs that differ only in seed form one arm with mean and spre
   auto nokey = run_leap("--db " + db + " report --same no.such.key");
   CHECK(nokey.rc == 2);
   CHECK(contains(nokey.err, "no run has the config key 'no.such.key'"));
+}
+
+TEST_CASE("report: a key a run's stored config lacks reads as this binary's default (an older run is no arm of its own)") {
+  leap::test::TempDir tmp;
+  const std::string db = (tmp.path / "leap.db").string();
+  {
+    Store st(db);
+    make_run(st, "20260101-000000-aaaa", true, 1, 1000);                                      // older: no turns.branch
+    make_run(st, "20260101-000000-cccc", true, 2, 3000, "turns:\n  branch: 1\n");            // the default, written out
+    make_run(st, "20260101-000000-dddd", true, 3, 4000, "turns:\n  branch: 2\n");            // a real switch
+  }
+  auto r = run_leap("--db " + db + " report --format md");
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "| dcp_on (2 seeds) | 2 | 1 |"));
+  CHECK(contains(r.out, "| dcp_on (20260101-000000-dddd) | 1 | 2 |"));
+  CHECK_FALSE(contains(r.out, "(unset)"));
 }
 
 TEST_CASE("export: one JSON line per turn with prompt, completion, verdict, rewards and advantage") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/load.hpp"
 #include "report/config_diff.hpp"
 #include "report/metrics.hpp"
 #include "report/store_input.hpp"
@@ -38,6 +39,11 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
   if (!row) throw StoreError("store " + st.path() + ": no run '" + run_id + "'");
   r.run = *row;
   r.config = flatten_yaml(r.run.config_yaml, "run " + run_id + " config_yaml");
+  // A key this binary knows but the run's stored config lacks was added after the run: the run
+  // behaved as its default (new keys default to the old behaviour), so it reads as that default
+  // rather than making the run an arm of its own.
+  static const auto defaults = flatten_yaml(config::to_yaml(config::Experiment{}), "the default config");
+  for (const auto& [key, value] : defaults) r.config.emplace(key, value);
   auto& db = st.db();
   {
     store::Statement s = db.prepare(
