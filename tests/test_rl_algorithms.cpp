@@ -502,3 +502,22 @@ TEST_CASE("rl policy loss: shape mismatches throw") {
   CHECK_THROWS_AS(policy_loss(c.logp.flatten(), c.old_logp.flatten(), none, c.advantages, c.mask, c.weights, o),
                   Error);
 }
+
+TEST_CASE("rl update: grad_norm is sqrt of the sum of squared gradients (fp64 reference), skipping tensors without one") {
+  torch::manual_seed(5);
+  std::vector<at::Tensor> params;
+  double sq = 0;
+  for (int64_t n : {3, 1000, 77}) {
+    auto p = torch::randn({n}, torch::kFloat32).requires_grad_(true);
+    p.mutable_grad() = torch::randn({n}, torch::kFloat32) * static_cast<double>(n);
+    sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    params.push_back(p);
+  }
+  params.push_back(torch::randn({4, 4}).requires_grad_(true));  // no gradient: skipped
+  CHECK(leap::rl::grad_norm(params) == doctest::Approx(std::sqrt(sq)).epsilon(1e-6));
+  CHECK(leap::rl::grad_norm({}) == 0.0);
+  params[1].mutable_grad()[7] = std::numeric_limits<float>::infinity();
+  CHECK(std::isinf(leap::rl::grad_norm(params)));
+  params[1].mutable_grad()[7] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(std::isnan(leap::rl::grad_norm(params)));
+}

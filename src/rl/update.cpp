@@ -15,6 +15,18 @@
 
 namespace leap::rl {
 
+// Global L2 norm of the gradients (NaN/inf propagate): one multi-tensor norm kernel per dtype
+// (_foreach_norm, each tensor's norm accumulated in fp32), the per-tensor norms combined in fp64,
+// and one device-to-host copy, where a loop of fp64 copies synced once per parameter.
+double grad_norm(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
+  if (grads.empty()) return 0.0;
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2, at::kFloat);
+  return at::stack(norms).to(at::kDouble).pow(2).sum().sqrt().item<double>();
+}
+
 namespace {
 
 /// Rows of a batch that run in one forward: [pad.. prompt | completion ..pad]; with prompt
@@ -478,13 +490,6 @@ double mean_of(const float* p, int64_t n) {
   return n ? acc / static_cast<double>(n) : 0.0;
 }
 
-/// Global L2 norm of the gradients (NaN/inf propagate).
-double grad_norm(const std::vector<at::Tensor>& params) {
-  double sq = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) sq += p.grad().detach().to(torch::kFloat64).pow(2).sum().item<double>();
-  return std::sqrt(sq);
-}
 
 /// Gives every parameter without a gradient a zero one, so the optimizer steps it as the
 /// backward of a zero loss would have (Adam's moments and step count move on).

@@ -161,4 +161,10 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
 double sft_step(model::Transformer& policy, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                 const std::vector<TrainSample>& samples, const UpdateOptions& options);
 
+/// Global L2 norm of the parameters' gradients (those without one are skipped; 0 for none), as
+/// torch.nn.utils.clip_grad_norm_ reports it: sqrt(sum over tensors of ||g||^2). Each tensor's
+/// norm is accumulated in fp32 (_foreach_norm), their squares summed in fp64; one device-to-host
+/// copy. NaN or inf in a gradient propagate.
+double grad_norm(const std::vector<at::Tensor>& params);
+
 }  // namespace leap::rl
