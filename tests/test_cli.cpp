@@ -164,3 +164,28 @@ TEST_CASE("cli: leap loads LibTorch's OpenMP with a short spin unless OMP_WAIT_P
   auto other = run_leap("tasks --help", "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=VERBOSE");
   CHECK(last_spin(other.err) == "300000");
 }
+
+TEST_CASE("cli: the train summary gives one figure for one step and says when no step ran") {
+  leap::test::TempDir tmp;
+  const std::string model = (leap::test::tiny_model() / "tiny").string();
+  const std::string cfg = tmp.write(
+      "exp.yaml", "name: t\nmodel: {path: " + model + "}\ntasks: {limit: 2, eval_split: train}\n"
+                  "env: {workers: 1, seeds: 1, timing: {warmup: 0, trials: 1, max_seconds: 0.05}}\n"
+                  "rollout: {tasks_per_step: 1, group_size: 2, max_new_tokens: 8}\nturns: {max: 1}\n"
+                  "reward: {kind: binary}\neval: {turns: 1, samples: 1}\n"
+                  "train: {steps: 1, eval_every: 0, checkpoint_every: 0, mini_batch_size: 2}\n");
+  const std::string where = " --db " + (tmp.path / "leap.db").string() + " --results-dir " + (tmp.path / "r").string();
+  auto one = run_leap("train " + cfg + where);
+  CAPTURE(one.err);
+  REQUIRE(one.rc == 0);
+  CHECK(contains(one.out, "  mean reward        step 1: "));
+  // One figure per line (mean reward, train acc@1), not "step 1: x   step 1: x".
+  size_t n = 0;
+  for (size_t at = one.out.find("step 1: "); at != std::string::npos; at = one.out.find("step 1: ", at + 1)) ++n;
+  CHECK(n == 2);
+  auto none = run_leap("train " + cfg + where + " --set train.steps=0");
+  CAPTURE(none.err);
+  REQUIRE(none.rc == 0);
+  CHECK(contains(none.out, "no step (train.steps: 0): only the evaluation ran"));
+  CHECK_FALSE(contains(none.out, "before this resume"));
+}

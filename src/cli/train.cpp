@@ -119,17 +119,24 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     auto steps_label = [&](int64_t from) {  // "steps 1-2" (a window), "step 7" (one step)
       return s.window > 1 ? fmt::format("steps {}-{}", from, from + s.window - 1) : fmt::format("step {}", from);
     };
+    // "step 1: 0.06   step 2: 0.72", or one figure when the first and the last window are one.
+    auto first_last = [&](double first, double last) {
+      const int64_t last_from = s.steps - s.window + 1;
+      if (last_from <= s.first_step) return steps_label(s.first_step) + ": " + fig(last);
+      return steps_label(s.first_step) + ": " + fig(first) + "   " + steps_label(last_from) + ": " + fig(last);
+    };
+    const std::string untrained = o->resume.empty()
+        ? "  training           no step (train.steps: 0): only the evaluation ran\n"
+        : "  training           all " + std::to_string(s.steps) +
+              " steps were done before this resume; it completed the final evaluation\n";
     std::cout << "\nrun " << s.run_id << " finished: " << s.steps << " steps in " << fmt::format("{:.0f}", s.seconds)
               << " s\n"
-              << (!trained ? "  training           all " + std::to_string(s.steps) +
-                                 " steps were done before this resume; it completed the final evaluation\n"
+              << (!trained ? untrained
                   : exp.reward.kind == "rank"
                       ? std::string("  mean reward        0 in every group by construction (rank reward: (wins - "
                                     "losses) / (G - 1))\n")
-                      : "  mean reward        " + steps_label(s.first_step) + ": " + fig(s.reward_first) + "   " +
-                            steps_label(s.steps - s.window + 1) + ": " + fig(s.reward_last) + "\n")
-              << (trained ? "  train acc@1        " + steps_label(s.first_step) + ": " + fig(s.train_acc1_first) +
-                                "   " + steps_label(s.steps - s.window + 1) + ": " + fig(s.train_acc1_last) + "\n"
+                      : "  mean reward        " + first_last(s.reward_first, s.reward_last) + "\n")
+              << (trained ? "  train acc@1        " + first_last(s.train_acc1_first, s.train_acc1_last) + "\n"
                           : std::string())
               << "  eval acc@1         start: " << fig(s.acc1_start) << "   end: " << fig(s.acc1_end) << "   ("
               << exp.tasks.eval_split << " split, temperature " << exp.eval.temperature << ")\n"
