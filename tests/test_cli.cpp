@@ -189,3 +189,14 @@ TEST_CASE("cli: the train summary gives one figure for one step and says when no
   CHECK(contains(none.out, "no step (train.steps: 0): only the evaluation ran"));
   CHECK_FALSE(contains(none.out, "before this resume"));
 }
+
+TEST_CASE("cli: a --db file that is not a leap store is bad input (exit 2), like a missing one") {
+  leap::test::TempDir tmp;
+  const std::string empty = tmp.write("empty.db", "");
+  auto r = run_leap("--db " + empty + " report");
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, "not a leap store"));
+  CHECK(run_leap("--db " + (tmp.path / "missing.db").string() + " report").rc == 2);
+  auto e = run_leap("--db " + empty + " export --run x --out " + (tmp.path / "x.jsonl").string());
+  CHECK(e.rc == 2);
+}

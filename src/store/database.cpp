@@ -79,7 +79,7 @@ Database::Database(const std::filesystem::path& path, const OpenOptions& options
       if (!in_memory) {
         check_application_id(*this);
         if (user_version() == 0)  // an empty file, or a SQLite file leap never wrote
-          throw StoreError("store " + path_ + ": not a leap store (no leap schema; `leap train` or `leap eval` creates one)");
+          throw StoreError("store " + path_ + ": not a leap store (no leap schema; `leap train` or `leap eval` creates one)", 2);
       }
       check_version(*this, migrations());
       return;

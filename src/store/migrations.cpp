@@ -103,13 +103,13 @@ void check_application_id(Database& db) {
   if (id == kApplicationId) return;
   if (id != 0) {
     throw StoreError("store " + db.path() + ": not a leap database (application_id " +
-                     std::to_string(id) + ")");
+                     std::to_string(id) + ")", 2);
   }
   Statement tables = db.prepare("SELECT count(*) FROM sqlite_schema WHERE type = 'table'");
   tables.step();
   if (tables.column_int64(0) > 0 && db.user_version() == 0) {
     throw StoreError("store " + db.path() +
-                     ": not a leap database (it has tables but no leap schema version)");
+                     ": not a leap database (it has tables but no leap schema version)", 2);
   }
 }
 

@@ -41,7 +41,8 @@ class NotBuiltError : public Error {
 /// SQLite store failure (open, migrate, write, query): the message names the database file.
 class StoreError : public Error {
  public:
-  explicit StoreError(const std::string& what) : Error(what, 1) {}
+  /// `exit_code` 2 when the file given is not a leap store (bad input), 1 for a failure of a store.
+  explicit StoreError(const std::string& what, int exit_code = 1) : Error(what, exit_code) {}
 };
 
 /// A model checkpoint that cannot be loaded: a bad or truncated safetensors file, a bad
