@@ -16,14 +16,18 @@ using namespace leap;
 
 TEST_SUITE_BEGIN("env");
 
+namespace {
+const std::string kRelu = std::string(LEAP_SOURCE_DIR) + "/tasks/starter/relu";
+}  // namespace
+
 TEST_CASE("env profile: traffic from the task's shapes and dtypes; the text states bandwidth and share") {
   // relu at its cpu sizes: x and y are float32 [16, 1024].
-  env::RuntimeTask relu(tasks::load_task(std::string(LEAP_SOURCE_DIR) + "/tasks/starter/relu"), "cpu");
+  env::RuntimeTask relu(tasks::load_task(kRelu), "cpu");
   const auto t = env::task_traffic(relu);
   CHECK(t.read_bytes == 16 * 1024 * 4);
   CHECK(t.written_bytes == 16 * 1024 * 4);
   // At the cuda sizes: [4096, 8192].
-  env::RuntimeTask big(tasks::load_task(std::string(LEAP_SOURCE_DIR) + "/tasks/starter/relu"), "cuda");
+  env::RuntimeTask big(tasks::load_task(kRelu), "cuda");
   CHECK(env::task_traffic(big).read_bytes == int64_t{4096} * 8192 * 4);
 
   // 8e6 bytes in 0.8 ms: 10 GB/s, 50% of 20 GB/s.
@@ -54,8 +58,8 @@ TEST_CASE("env profile: a correct answer's feedback carries the profile line onl
   e.timing.trials = 2;
   e.timing.max_seconds = 0.1;
   e.run_timeout_s = 60;
-  const std::string answer = test::read_file(std::string(LEAP_SOURCE_DIR) + "/tasks/starter/relu/solutions/cpu_loop.md");
-  env::RuntimeTask relu(tasks::load_task(std::string(LEAP_SOURCE_DIR) + "/tasks/starter/relu"), "cpu");
+  const std::string answer = test::read_file(kRelu + "/solutions/cpu_loop.md");
+  env::RuntimeTask relu(tasks::load_task(kRelu), "cpu");
   {
     auto env = cli::make_environment(e, "cpu");
     const auto r = env->verifier->evaluate(relu, answer);
