@@ -594,6 +594,48 @@ TEST_CASE("env cuda gpu: the starter softmax solution is correct through the ver
   CHECK(r.details.at("reference_device") == "cuda:0");
 }
 
+TEST_CASE("env cuda gpu: profile feedback times each launch of a two-launch answer in the warm-up runs") {
+  if (skip_without_gpu()) return;
+  leap::test::TempDir dir;
+  leap::config::EnvConfig e = gpu_env(dir.path.string());
+  e.profile_feedback = true;
+  e.timing.warmup = 3;  // runs 1 and 2 are profiled (run 0 synchronises after every launch)
+  auto env = leap::cli::make_environment(e, "cuda");
+  RuntimeTask task(leap::tasks::load_task(kStarter + "/linear_softmax"), "cuda");
+  auto r = env->verifier->evaluate(task, leap::test::read_file(kStarter + "/linear_softmax/solutions/cuda_gemm_then_softmax.md"));
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == Verdict::correct);
+  CHECK(r.feedback.find("\nprofile: 2 launches per call, ") != std::string::npos);
+  const size_t at = r.feedback.find("\nper launch (warm-up runs): linear_logits ");
+  REQUIRE(at != std::string::npos);
+  CHECK(r.feedback.find(" ms (", at) != std::string::npos);
+  CHECK(r.feedback.find(", softmax_rows ", at) != std::string::npos);
+
+  // Straight from the backend: one median per launch, positive; none without the switch.
+  GpuFixture f;
+  const int64_t n = 100000;
+  TaskInterface t = vadd_task(n);
+  const std::string two = std::string(kVaddPlan) + "  - kernel: vadd\n    grid: [ceil_div(N, 256)]\n    block: [256]\n"
+                          "    args: [a, b, c, N, scale, shift]\n";
+  std::unique_ptr<SharedBuffers> buf;
+  BoundPlan bound;
+  LaunchPlan plan = parse_launch_plan(two, t, f.backend->plan_options());
+  bound = bind_plan(plan, t, f.backend->limits());
+  buf = std::make_unique<SharedBuffers>(bound.tensors);
+  fill_vadd(*buf, n);
+  RunRequest req = timed_request(3, 5);
+  RunOutcome plain = f.run(t, kVaddCode, two, buf, bound, req);
+  REQUIRE(plain.ok());
+  CHECK(plain.launch_ms.empty());
+  req.profile_launches = true;
+  RunOutcome prof = f.run(t, kVaddCode, two, buf, bound, req);
+  CAPTURE(prof.message);
+  REQUIRE(prof.ok());
+  REQUIRE(prof.launch_ms.size() == 2);
+  for (double ms : prof.launch_ms) CHECK((ms > 0 && ms < 100));
+  CHECK(prof.times_ms.size() == 5);
+}
+
 TEST_CASE("env cuda gpu: a reference job runs the TorchScript on the GPU, timed with CUDA events") {
   if (skip_without_gpu()) return;
   GpuFixture f;

@@ -31,12 +31,12 @@ TEST_CASE("env profile: traffic from the task's shapes and dtypes; the text stat
   CHECK(env::task_traffic(big).read_bytes == int64_t{4096} * 8192 * 4);
 
   // 8e6 bytes in 0.8 ms: 10 GB/s, 50% of 20 GB/s.
-  env::ProfileFacts f{1, 0.8, 1.0, {4000000, 4000000}, 20.0, "single-core reference bandwidth"};
+  env::ProfileFacts f{1, 0.8, 1.0, {4000000, 4000000}, 20.0, "single-core reference bandwidth", {}};
   CHECK(env::profile_text(f) ==
         "profile: 1 launch per call, 0.8 ms per call (reference 1 ms); it moves at least 8 MB (4 MB of inputs "
         "read, 4 MB of outputs written): 10 GB/s, 50% of the 20 GB/s single-core reference bandwidth");
   // Plain notation with 3 significant digits, never an exponent.
-  env::ProfileFacts g{1, 0.001, 0.002, {40000, 32}, 0.1, "single-core reference bandwidth"};
+  env::ProfileFacts g{1, 0.001, 0.002, {40000, 32}, 0.1, "single-core reference bandwidth", {}};
   CHECK(env::profile_text(g) ==
         "profile: 1 launch per call, 0.001 ms per call (reference 0.002 ms); it moves at least 0.04 MB (0.04 MB of "
         "inputs read, 0.000032 MB of outputs written): 40 GB/s, 40032% of the 0.1 GB/s single-core reference bandwidth");
@@ -45,6 +45,15 @@ TEST_CASE("env profile: traffic from the task's shapes and dtypes; the text stat
   CHECK(env::profile_text(f) ==
         "profile: 3 launches per call, 0.8 ms per call (reference 1 ms); it moves at least 8 MB (4 MB of inputs "
         "read, 4 MB of outputs written): 10 GB/s");
+  // Per-launch times (cuda, warm-up runs): a second line with each launch's share of their sum.
+  f.launches = 2;
+  f.launch_times = {{"rows_max", 0.212}, {"rows_norm", 0.6}};
+  CHECK(env::profile_text(f) ==
+        "profile: 2 launches per call, 0.8 ms per call (reference 1 ms); it moves at least 8 MB (4 MB of inputs "
+        "read, 4 MB of outputs written): 10 GB/s\nper launch (warm-up runs): rows_max 0.212 ms (26.1%), rows_norm "
+        "0.6 ms (73.9%)");
+  f.launch_times = {{"a", 0.0}, {"b", 0.0}};  // no time to share out: times only
+  CHECK(env::profile_text(f).find("\nper launch (warm-up runs): a 0 ms, b 0 ms") != std::string::npos);
 }
 
 TEST_CASE("env profile: a correct answer's feedback carries the profile line only with the switch on") {

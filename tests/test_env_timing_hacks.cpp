@@ -249,6 +249,23 @@ TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and st
   CHECK(out.runs.size() == 7);             // every set at least once
   CHECK(out.times_ms.size() == 5);         // runs 2..6 timed
   CHECK(sets == std::vector<size_t>{0, 1, 2, 3, 4, 5, 6});
+  // A warm-up hook, when set, runs the warm-up runs instead of `timed` (per-launch profiling
+  // must not touch the timed runs); its times are not kept.
+  std::vector<int> warm_runs, timed_runs;
+  env::RunHooks split;
+  split.warmup = [&](int run, size_t) {
+    warm_runs.push_back(run);
+    return 100.0;
+  };
+  split.timed = [&](int run, size_t) {
+    timed_runs.push_back(run);
+    return 1.0;
+  };
+  env::RunOutcome both;
+  CHECK(env::run_timing_schedule(req, 7, split, both));
+  CHECK(warm_runs == std::vector<int>{0, 1});
+  CHECK(timed_runs == std::vector<int>{2, 3, 4, 5, 6});
+  CHECK(both.times_ms == std::vector<double>(5, 1.0));
   env::RunOutcome stopped;
   hooks.after = [](int run, size_t) { return run < 1; };
   CHECK_FALSE(env::run_timing_schedule(req, 7, hooks, stopped));

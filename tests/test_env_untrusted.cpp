@@ -128,6 +128,23 @@ TEST_CASE("env reply: check_reply takes only a run list 0..n-1 within the job's 
   o = honest();
   o.failed_launch = 3;
   CHECK(contains(env::check_reply(o, req, 1, cpu), "launch 3"));
+  // Per-launch profile times are feedback only: kept when one finite, non-negative time per
+  // launch of a multi-launch plan, else dropped without failing the reply.
+  o = honest();
+  o.launch_ms = {0.25, 0.75};
+  CHECK(env::check_reply(o, req, 2, cpu).empty());
+  CHECK(o.launch_ms == std::vector<double>{0.25, 0.75});
+  for (const std::vector<double>& bad : {std::vector<double>{0.25}, std::vector<double>{0.25, -1.0},
+                                         std::vector<double>{0.25, std::nan("")}, std::vector<double>{1, 2, 3}}) {
+    o = honest();
+    o.launch_ms = bad;
+    CHECK(env::check_reply(o, req, 2, cpu).empty());
+    CHECK(o.launch_ms.empty());
+  }
+  o = honest();
+  o.launch_ms = {0.5};  // a one-launch plan: its time is the call's, no list
+  CHECK(env::check_reply(o, req, 1, cpu).empty());
+  CHECK(o.launch_ms.empty());
 
   env::RunOutcome infra;
   infra.verdict = env::Verdict::infra_error;  // would make any failure unscored

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "config/experiment.hpp"
+#include "config/load.hpp"
 #include "rl/advantage.hpp"
 #include "rl/scoring.hpp"
 #include "rl/tree_advantage.hpp"
@@ -166,7 +167,7 @@ TEST_CASE("rl tree: score_tree gives each node its own advantage; void nodes get
   exp.turns.branch = 3;
   exp.turns.gamma = 1.0;
   exp.advantage.kind = "dr_grpo";
-  REQUIRE(rl::tree_scoring(exp));
+  REQUIRE(config::tree_scoring(exp));
   auto s = rl::score_tree(g, exp);
   // Own rewards 0 1 0 (void left out) and 1; mean 0.5.
   check_all(s[0].turn_rewards, {0, 1, 0, 0});

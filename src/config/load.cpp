@@ -249,8 +249,7 @@ void validate_at(const Experiment& e, const std::function<Where(const std::strin
                      "group; use 0 (no cap) or more than {}",
                      e.turns.max_env_calls, e.rollout.group_size, e.rollout.group_size));
   // Node-level (tree) scoring has no first-success turn per rollout to rank on.
-  const bool tree_scoring = e.turns.branch > 1 || e.reward.tree != "none" || e.advantage.kind.rfind("sae", 0) == 0;
-  if (tree_scoring && e.reward.kind == "rank") {
+  if (tree_scoring(e) && e.reward.kind == "rank") {
     const std::string key = e.turns.branch > 1 ? "turns.branch" : e.reward.tree != "none" ? "reward.tree" : "advantage.kind";
     fail(locate(key), key,
          "scores each turn as a node of a debugging tree (as turns.branch > 1, reward.tree and advantage.kind sae* "
@@ -266,6 +265,11 @@ void validate_at(const Experiment& e, const std::function<Where(const std::strin
   if (e.tasks.dir.empty()) fail(locate("tasks.dir"), "tasks.dir", "must name a task-set folder");
 }
 }  // namespace
+
+bool tree_scoring(const Experiment& exp) {
+  return exp.turns.branch > 1 || exp.reward.tree != "none" || exp.advantage.kind == "sae" ||
+         exp.advantage.kind == "sae_projection";
+}
 
 void validate(const Experiment& e, const std::string& source) {
   validate_at(e, [&](const std::string&) { return Where{source}; });

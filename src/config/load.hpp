@@ -24,6 +24,11 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& sou
 /// file (cross-key checks run in validate()). Throws ConfigError naming the override.
 void apply_override(Experiment& exp, const std::string& key_value);
 
+/// True when the experiment scores every graded turn as a node of its group's debugging tree
+/// (rl/scoring.hpp score_tree): turns.branch > 1, reward.tree other than none, or advantage.kind
+/// sae / sae_projection. The one definition the trainer and validate() share.
+bool tree_scoring(const Experiment& exp);
+
 /// Cross-key checks (e.g. dcp.min_fail_ratio <= dcp.max_fail_ratio). `source` names the config
 /// in the error message. Throws ConfigError.
 void validate(const Experiment& exp, const std::string& source);

@@ -76,6 +76,10 @@ struct RunRequest {
   /// Floating input positions (in a rotation) whose every element changes a little before each
   /// run, after the block rewrites (env/input_rewrite.hpp perturb_input); cpu backend.
   std::vector<int> perturb_inputs;
+  /// Set (env.profile_feedback): a backend that can time each launch of a multi-launch plan does
+  /// so in the untimed warm-up runs (cuda: events between launches) and reports
+  /// RunOutcome::launch_ms; the timed trials are never touched. Feedback only, never a reward.
+  bool profile_launches = false;
   /// Outputs copied after chosen runs (the verifier checks them against the reference), sorted
   /// by run (snapshot_for_run's fast path).
   std::vector<Snapshot> snapshots;
@@ -107,6 +111,10 @@ struct RunOutcome {
   int failed_launch = -1;       ///< index of the launch that failed or was running, or -1
   std::vector<double> times_ms; ///< one wall time per timed trial, milliseconds
   std::vector<int> runs;        ///< index of every run made (warm-up included), in order
+  /// With RunRequest::profile_launches and more than one launch: each launch's median time over
+  /// the warm-up runs (ms, one per launch of the plan, in order); empty otherwise. From a worker,
+  /// untrusted: the pool keeps it only when it has one finite, non-negative value per launch.
+  std::vector<double> launch_ms;
   /// CPU time the worker process used for this job (all its threads, ms), measured by the parent
   /// from outside (the process's CPU clock, from sending the job to its reply); never read from
   /// the worker's reply. -1 when the job ran in-process or the clock could not be read.

@@ -29,6 +29,14 @@ std::string dims_text(const std::array<int64_t, 3>& d) {
   return "[" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + "]";
 }
 
+/// The median of `v` (ms); v is reordered. 0 for an empty list.
+double median_ms(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 std::string launch_name(const BoundPlan& plan, size_t li) {
   return "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel + ")";
 }
@@ -169,6 +177,7 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     CUmodule module = nullptr;
     CUstream stream = nullptr;
     CUevent start = nullptr, stop = nullptr;
+    std::vector<CUevent> marks;  // one after each launch (profiled warm-up runs only)
     std::vector<CUdeviceptr> buffers;
     CUdeviceptr flush = 0;
     std::map<DType, CUdeviceptr> poison;  // poisoned output sources, one per output dtype
@@ -180,6 +189,8 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       if (flush) d.cuMemFree(flush);
       if (start) d.cuEventDestroy(start);
       if (stop) d.cuEventDestroy(stop);
+      for (CUevent e : marks)
+        if (e) d.cuEventDestroy(e);
       if (stream) d.cuStreamDestroy(stream);
       if (module) d.cuModuleUnload(module);
     }
@@ -335,6 +346,16 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       (r = d.cuEventCreate(&job.start, CU_EVENT_DEFAULT)) != CUDA_SUCCESS ||
       (r = d.cuEventCreate(&job.stop, CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
     return fail(Verdict::runtime_error, "cannot create the stream and events", r, -1);
+  // Per-launch profile (RunRequest::profile_launches): an event after each launch, in the
+  // untimed warm-up runs only.
+  const bool profile = request.profile_launches && plan.launches.size() > 1 && (request.warmup > 1 || request.warmup_ms > 0);
+  if (profile) {
+    job.marks.assign(plan.launches.size(), nullptr);
+    for (CUevent& e : job.marks)
+      if ((r = d.cuEventCreate(&e, CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
+        return fail(Verdict::runtime_error, "cannot create the profiling events", r, -1);
+  }
+  std::vector<std::vector<double>> launch_samples(profile ? plan.launches.size() : 0);  // [launch][warm-up run]
   // Pageable host-to-device copies may still be in flight: finish them before the first launch.
   if ((r = d.cuCtxSynchronize()) != CUDA_SUCCESS) return fail(Verdict::runtime_error, "uploading the tensors", r, -1);
 
@@ -413,7 +434,9 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     }
     return true;
   };
-  hooks.timed = [&](int run, size_t rot) -> double {
+  // One run of the launch sequence between the start and stop events; with `mark`, an event
+  // after each launch too, and each launch's time appended to launch_samples.
+  auto run_launches = [&](int run, size_t rot, bool mark) -> double {
     // The first run synchronises after every launch, so a fault names its launch.
     const bool sync_each = run == 0;
     if ((r = d.cuEventRecord(job.start, job.stream)) != CUDA_SUCCESS) {
@@ -437,6 +460,10 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
                    r, ili);
         return -1;
       }
+      if (mark && (r = d.cuEventRecord(job.marks[li], job.stream)) != CUDA_SUCCESS) {
+        fail(Verdict::runtime_error, "cuEventRecord", r, -1);
+        return -1;
+      }
       if (sync_each && (r = d.cuStreamSynchronize(job.stream)) != CUDA_SUCCESS) {
         fail(Verdict::runtime_error, launch_name(plan, li) + " failed", r, ili);
         return -1;
@@ -457,8 +484,19 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       fail(Verdict::runtime_error, "cuEventElapsedTime", r, -1);
       return -1;
     }
+    for (size_t li = 0; mark && li < plan.launches.size(); ++li) {
+      float lms = 0;
+      if ((r = d.cuEventElapsedTime(&lms, li ? job.marks[li - 1] : job.start, job.marks[li])) != CUDA_SUCCESS) {
+        fail(Verdict::runtime_error, "cuEventElapsedTime", r, -1);
+        return -1;
+      }
+      launch_samples[li].push_back(lms);
+    }
     return ms;
   };
+  hooks.timed = [&](int run, size_t rot) { return run_launches(run, rot, false); };
+  // The first run (a launch at a time, each followed by a synchronisation) is not profiled.
+  if (profile) hooks.warmup = [&](int run, size_t rot) { return run_launches(run, rot, run > 0); };
   hooks.after = [&](int run, size_t rot) {
     if (const Snapshot* snap = snapshot_for_run(request, run))
       for (const auto& [position, dst] : snap->copies) {
@@ -473,6 +511,8 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   };
   if (!run_timing_schedule(request, n_rot, hooks, out)) return out;
   if (current_launch) current_launch->store(-1);
+  if (profile && !launch_samples.front().empty())
+    for (auto& samples : launch_samples) out.launch_ms.push_back(median_ms(samples));
 
   // 6. Every tensor back to the shared host memory (inputs too: the verifier checks them).
   if ((r = d.cuStreamSynchronize(job.stream)) != CUDA_SUCCESS)

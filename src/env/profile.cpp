@@ -54,11 +54,20 @@ std::string profile_text(const ProfileFacts& f) {
                   " ms); it moves at least " + sig3(total / 1e6) + " MB (" +
                   sig3(static_cast<double>(f.traffic.read_bytes) / 1e6) + " MB of inputs read, " +
                   sig3(static_cast<double>(f.traffic.written_bytes) / 1e6) + " MB of outputs written)";
-  if (!(f.candidate_ms > 0)) return s;
-  const double gb_s = total / (f.candidate_ms * 1e-3) / 1e9;
-  s += ": " + sig3(gb_s) + " GB/s";
-  if (f.peak_gb_s > 0)
-    s += ", " + sig3(100.0 * gb_s / f.peak_gb_s) + "% of the " + sig3(f.peak_gb_s) + " GB/s " + f.peak_name;
+  if (f.candidate_ms > 0) {
+    const double gb_s = total / (f.candidate_ms * 1e-3) / 1e9;
+    s += ": " + sig3(gb_s) + " GB/s";
+    if (f.peak_gb_s > 0)
+      s += ", " + sig3(100.0 * gb_s / f.peak_gb_s) + "% of the " + sig3(f.peak_gb_s) + " GB/s " + f.peak_name;
+  }
+  if (f.launch_times.empty()) return s;
+  double sum = 0;
+  for (const auto& lt : f.launch_times) sum += lt.second;
+  s += "\nper launch (warm-up runs):";
+  for (size_t i = 0; i < f.launch_times.size(); ++i) {
+    s += std::string(i ? ", " : " ") + f.launch_times[i].first + " " + sig3(f.launch_times[i].second) + " ms";
+    if (sum > 0) s += " (" + sig3(100.0 * f.launch_times[i].second / sum) + "%)";
+  }
   return s;
 }
 

@@ -5,6 +5,8 @@
 // kernel is near the memory bound. The exact text is in docs/prompts.md. No torch.
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "env/task_runtime.hpp"
 
@@ -29,11 +31,17 @@ struct ProfileFacts {
   Traffic traffic;
   double peak_gb_s = 0;        ///< the bandwidth the share is of (GB/s, 1e9 bytes/s); <= 0: no share
   std::string peak_name;       ///< what that peak is, e.g. "single-core reference bandwidth"
+  /// Per launch of a multi-launch plan, in order: its kernel and median time (ms), measured in
+  /// the untimed warm-up runs (cuda: events between launches). Empty: not measured (a cpu answer
+  /// is one call: its time is the call's).
+  std::vector<std::pair<std::string, double>> launch_times;
 };
 
 /// One line, e.g. "profile: 1 launch per call, 0.812 ms per call (reference 1.02 ms); it moves at
 /// least 8.39 MB (4.19 MB of inputs read, 4.19 MB of outputs written): 10.3 GB/s, 103% of the
-/// 10 GB/s single-core reference bandwidth". MB are 1e6 bytes.
+/// 10 GB/s single-core reference bandwidth". MB are 1e6 bytes. With launch_times, a second
+/// line: "per launch (warm-up runs): rows_max 0.212 ms (26.1%), rows_norm 0.6 ms (73.9%)", the
+/// shares of the launches' sum.
 std::string profile_text(const ProfileFacts& facts);
 
 }  // namespace leap::env

@@ -39,6 +39,10 @@ std::string check_reply(RunOutcome& reply, const RunRequest& request, size_t lau
            " runs";
   for (double ms : reply.times_ms)
     if (!std::isfinite(ms) || ms < 0) return "it reports a time that is negative or not finite";
+  // Per-launch profile times are feedback text only: a malformed list is dropped, not a failure.
+  bool launch_ms_ok = reply.launch_ms.size() == launches && launches > 1;
+  for (double ms : reply.launch_ms) launch_ms_ok = launch_ms_ok && std::isfinite(ms) && ms >= 0 && ms < 1e9;
+  if (!launch_ms_ok) reply.launch_ms.clear();
   if (reply.ok()) {
     const size_t least = static_cast<size_t>(min_job_runs(request, sets));
     if (reply.runs.size() < least)

@@ -33,7 +33,8 @@ int min_job_runs(const RunRequest& request, size_t sets);
 /// plan's `launches` (or -1), its run list exactly 0, 1, ..., n-1 with n within
 /// [min_job_runs, max_job_runs] for a completed job (at most max_job_runs otherwise), its times
 /// finite, non-negative and at most one per run (at least one for a completed job). Cuts an overlong
-/// message to kMaxReplyMessageBytes. Returns "" when the reply may be used, else what is wrong with it.
+/// message to kMaxReplyMessageBytes, and clears a `launch_ms` list that is not one finite,
+/// non-negative time per launch of a multi-launch plan (it is feedback text only). Returns "" when the reply may be used, else what is wrong with it.
 std::string check_reply(RunOutcome& reply, const RunRequest& request, size_t launches,
                         const std::vector<Verdict>& allowed);
 

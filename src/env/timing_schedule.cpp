@@ -28,7 +28,7 @@ bool run_timing_schedule(const RunRequest& request, size_t sets, const RunHooks&
     }
     const size_t set = static_cast<size_t>(t) % sets;
     if (hooks.prepare && !hooks.prepare(t, set)) return false;
-    const double ms = hooks.timed(t, set);
+    const double ms = warming && hooks.warmup ? hooks.warmup(t, set) : hooks.timed(t, set);
     if (ms < 0) return false;
     out.runs.push_back(t);
     if (warming) {

@@ -23,6 +23,9 @@ struct RunHooks {
   /// The timed region: runs set `set` once and returns its time in milliseconds, or a negative
   /// value to stop the job (failure recorded by the hook).
   std::function<double(int run, size_t set)> timed;
+  /// Optional: called instead of `timed` for the warm-up runs (same contract; its time is not
+  /// kept), so a backend can measure what must not perturb the timed runs (per-launch events).
+  std::function<double(int run, size_t set)> warmup;
   /// Untimed, after run `run`: the run's snapshots. False stops the job.
   std::function<bool(int run, size_t set)> after;
 };

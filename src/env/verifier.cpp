@@ -173,6 +173,7 @@ RunRequest timing_request(const VerifierOptions& o, const std::vector<std::vecto
   r.rotations = rotations;
   r.warmup_ms = o.warmup_ms;
   r.min_timed_ms = o.min_timed_ms;
+  r.profile_launches = o.profile_feedback;
   return r;
 }
 
@@ -360,6 +361,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   const std::string gpu_reference = backend_->reference_device();
   std::string reference_device = "cpu";
   double cand_ms = 0, ref_ms = 0;
+  std::vector<double> cand_launch_ms;  // per launch, from the first timing job's warm-up (profile feedback)
   int cand_n = 0, ref_n = 0;
 
   // One timing job of the candidate on fresh buffers: what it sends, and what came back.
@@ -702,6 +704,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       return infra(job.run.message + " (twice) [during the timing runs, after passing the correctness checks]");
     if (auto bad = verify_job(job, cms, cn)) return bad;
     if (reference_error) return infra(*reference_error);
+    if (!strict) cand_launch_ms = job.run.launch_ms;
     const double reported = median(job.run.times_ms);
     const int main_runs = static_cast<int>(job.run.runs.size());
     CpuCheck use = cpu_use(base, job.run);
@@ -792,9 +795,13 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   ok.reference_ms = ref_ms;
   ok.speedup = speedup;
   std::string profile;
-  if (options_.profile_feedback)
-    profile = "\n" + profile_text({static_cast<int>(plan.launches.size()), cand_ms, ref_ms, task_traffic(task),
-                                   options_.peak_gb_s, options_.peak_name});
+  if (options_.profile_feedback) {
+    ProfileFacts facts{static_cast<int>(plan.launches.size()), cand_ms, ref_ms, task_traffic(task),
+                       options_.peak_gb_s, options_.peak_name, {}};
+    if (cand_launch_ms.size() == plan.launches.size())
+      for (size_t li = 0; li < plan.launches.size(); ++li) facts.launch_times.push_back({plan.launches[li].kernel, cand_launch_ms[li]});
+    profile = "\n" + profile_text(facts);
+  }
   ok.feedback = bound_text("correct on " + std::to_string(options_.seeds) + " seeds; candidate " + fmt_ms(cand_ms) +
                                " ms, reference " + fmt_ms(ref_ms) + " ms, speedup " + fmt_num(speedup) + "x (median of " +
                                std::to_string(cand_n) + " trials)" + note + cpu_note + profile,

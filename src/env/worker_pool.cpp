@@ -403,7 +403,8 @@ BoundPlan plan_from_json(const json& j) {
 
 json outcome_to_json(const RunOutcome& o) {
   return {{"verdict", std::string(to_string(o.verdict))}, {"message", o.message},
-          {"failed_launch", o.failed_launch}, {"times_ms", o.times_ms}, {"runs", o.runs}};
+          {"failed_launch", o.failed_launch}, {"times_ms", o.times_ms}, {"runs", o.runs},
+          {"launch_ms", o.launch_ms}};
 }
 
 RunOutcome outcome_from_json(const json& j) {
@@ -413,6 +414,7 @@ RunOutcome outcome_from_json(const json& j) {
   o.failed_launch = j.at("failed_launch").get<int>();
   o.times_ms = j.at("times_ms").get<std::vector<double>>();
   o.runs = j.at("runs").get<std::vector<int>>();
+  if (j.contains("launch_ms")) o.launch_ms = j.at("launch_ms").get<std::vector<double>>();
   return o;
 }
 
@@ -542,6 +544,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       req.min_timed_ms = job.at("min_timed_ms").get<double>();
       req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
       req.perturb_inputs = job.value("perturb_inputs", std::vector<int>{});
+      req.profile_launches = job.value("profile_launches", false);
       if (job.value("parent_snapshots", false)) {
         // Each run reported, the parent's "go" awaited: it makes its copies meanwhile.
         req.parent_snapshots = true;
@@ -1045,6 +1048,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
               {"min_timed_ms", request.min_timed_ms},
               {"rewrite_inputs", request.rewrite_inputs},
               {"perturb_inputs", request.perturb_inputs},
+              {"profile_launches", request.profile_launches},
               {"snapshots", json::array()},
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},

@@ -35,7 +35,7 @@ Prompt compact_record(const tasks::TaskSpec& spec, const std::string& backend, c
 std::vector<TurnResult> ancestor_path(const RolloutResult& rollout, int parent) {
   std::vector<TurnResult> path;
   for (int n = parent; n >= 0; n = rollout.turns[static_cast<size_t>(n)].parent) {
-    if (n >= static_cast<int>(rollout.turns.size()) || (!path.empty() && n >= 0 && rollout.turns[static_cast<size_t>(n)].turn >= path.back().turn))
+    if (n >= static_cast<int>(rollout.turns.size()) || (!path.empty() && rollout.turns[static_cast<size_t>(n)].turn >= path.back().turn))
       throw Error("ancestor_path: turn index " + std::to_string(n) + " is not an earlier turn of the rollout (" +
                   std::to_string(rollout.turns.size()) + " turns)");
     path.push_back(rollout.turns[static_cast<size_t>(n)]);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "config/load.hpp"
 #include "rl/advantage.hpp"
 #include "rl/reward.hpp"
 #include "rl/tree_advantage.hpp"
@@ -30,22 +31,27 @@ std::vector<ScoredRollout> score_valid(const GroupResult& group, const config::E
 
 }  // namespace
 
-bool tree_scoring(const config::Experiment& exp) {
-  return exp.turns.branch > 1 || exp.reward.tree != "none" || exp.advantage.kind == "sae" ||
-         exp.advantage.kind == "sae_projection";
-}
-
 namespace {
 
-/// A node's own reward under reward.kind (binary, speedup, kernelgym), from its one turn.
-double node_reward(const TurnResult& t, const config::Experiment& exp) {
+/// A node's own rewards under each per-turn reward kind, from its one turn.
+struct NodeRewards {
+  double binary = 0, speedup = 0, kernelgym = 0;
+};
+
+NodeRewards node_rewards(const TurnResult& t, const config::Experiment& exp) {
   RolloutResult one;
   one.turns.push_back(t);
   const RolloutOutcome o = outcome_of(one, exp.env.timing.suspicious_speedup);
+  return {o.turn_correct.front() ? 1.0 : 0.0, speedup_turn_rewards(o).front(),
+          kernelgym_turn_rewards(o, exp.reward.kernelgym_speedup_cap).front()};
+}
+
+/// The node reward reward.kind uses (binary, speedup or kernelgym).
+double node_reward(const NodeRewards& r, const config::Experiment& exp) {
   const std::string& kind = exp.reward.kind;
-  if (kind == "binary") return o.turn_correct.front() ? 1.0 : 0.0;
-  if (kind == "speedup") return speedup_turn_rewards(o).front();
-  if (kind == "kernelgym") return kernelgym_turn_rewards(o, exp.reward.kernelgym_speedup_cap).front();
+  if (kind == "binary") return r.binary;
+  if (kind == "speedup") return r.speedup;
+  if (kind == "kernelgym") return r.kernelgym;
   throw Error("reward.kind '" + kind + "' is not defined on a debugging tree's nodes (use binary, speedup or kernelgym)");
 }
 
@@ -68,6 +74,7 @@ std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Ex
   // The group's nodes, rollout by rollout (a parent before its children); void turns left out
   // (the engine never expands one, so no node has a void parent).
   std::vector<TreeNode> nodes;
+  std::vector<NodeRewards> node_r;  // [node]
   std::vector<std::vector<int>> where(group.rollouts.size());
   for (size_t i = 0; i < group.rollouts.size(); ++i) {
     const auto& turns = group.rollouts[i].turns;
@@ -81,7 +88,8 @@ std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Ex
         throw Error("score_tree: turn " + std::to_string(t) + " of rollout " + std::to_string(i) +
                     " continues turn " + std::to_string(p) + ", which is not an earlier graded turn");
       where[i].push_back(static_cast<int>(nodes.size()));
-      nodes.push_back({p < 0 ? -1 : where[i][static_cast<size_t>(p)], node_reward(turns[t], exp), turns[t].result.is_correct()});
+      node_r.push_back(node_rewards(turns[t], exp));
+      nodes.push_back({p < 0 ? -1 : where[i][static_cast<size_t>(p)], node_reward(node_r.back(), exp), turns[t].result.is_correct()});
     }
   }
   const auto R = propagate_tree_rewards(nodes, parse_tree_reward(exp.reward.tree), exp.turns.gamma);
@@ -98,12 +106,10 @@ std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Ex
       sc.turn_returns.push_back(n < 0 ? 0.0 : R[static_cast<size_t>(n)]);
       sc.turn_advantages.push_back(n < 0 ? 0.0 : A[static_cast<size_t>(n)]);
       if (n < 0) continue;
-      RolloutResult one;
-      one.turns.push_back(turns[t]);
-      const RolloutOutcome o = outcome_of(one, exp.env.timing.suspicious_speedup);
-      sc.reward_binary = std::max(sc.reward_binary, o.turn_correct.front() ? 1.0 : 0.0);
-      sc.reward_speedup = std::max(sc.reward_speedup, speedup_turn_rewards(o).front());
-      sc.reward_kernelgym = std::max(sc.reward_kernelgym, kernelgym_turn_rewards(o, exp.reward.kernelgym_speedup_cap).front());
+      const NodeRewards& r = node_r[static_cast<size_t>(n)];
+      sc.reward_binary = std::max(sc.reward_binary, r.binary);
+      sc.reward_speedup = std::max(sc.reward_speedup, r.speedup);
+      sc.reward_kernelgym = std::max(sc.reward_kernelgym, r.kernelgym);
     }
     // The rollout's reward is its best node's tree reward (with binary: 1 if any node passed, as a
     // chain's last turn says), its advantage the turn-1 node's.
@@ -114,7 +120,7 @@ std::vector<ScoredRollout> score_tree(const GroupResult& group, const config::Ex
 }
 
 std::vector<ScoredRollout> score_group(const GroupResult& group, const config::Experiment& exp) {
-  if (tree_scoring(exp)) return score_tree(group, exp);
+  if (config::tree_scoring(exp)) return score_tree(group, exp);
   bool any_void = false;
   for (const auto& ro : group.rollouts) any_void = any_void || ro.infra_error();
   if (!any_void) return score_valid(group, exp);

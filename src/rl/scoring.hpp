@@ -27,10 +27,6 @@ struct ScoredRollout {
 /// counts as at most `suspicious_cap` (env.timing.suspicious_speedup; docs/training.md).
 RolloutOutcome outcome_of(const RolloutResult& rollout, double suspicious_cap = HUGE_VAL);
 
-/// True when the experiment scores every graded turn as a node of its group's debugging tree:
-/// turns.branch > 1, reward.tree other than none, or advantage.kind sae / sae_projection.
-bool tree_scoring(const config::Experiment& exp);
-
 /// Node-level scoring of a group's debugging tree (every graded turn of its rollouts is a node;
 /// rl/tree_advantage.hpp): each node's own reward is the reward kind's per-turn reward (binary:
 /// correct; speedup, kernelgym: their R_t), reward.tree propagates subtree rewards (Murphy), and

@@ -706,7 +706,7 @@ StepCounters train_step(Run& r, RolloutEngine& engine, int64_t step) {
 
   // 3. Samples: every turn and summary with its credited advantage and global segment id.
   r.fault("samples", step);
-  StepSamples ss = build_samples(groups, scored, batch.lo, r.exp.loss.dynamic_sampling, tree_scoring(r.exp));
+  StepSamples ss = build_samples(groups, scored, batch.lo, r.exp.loss.dynamic_sampling, config::tree_scoring(r.exp));
 
   // 4. Update: old log-probs, segment weights over the step, PPO epochs, new log-prob means.
   r.fault("update", step);
