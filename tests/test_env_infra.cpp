@@ -19,7 +19,7 @@
 #include "env/task_runtime.hpp"
 #include "env/verifier.hpp"
 #include "env/worker_pool.hpp"
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 #include "report/metrics_table.hpp"
 #include "rl/scoring.hpp"
 #include "store/store.hpp"
@@ -262,12 +262,12 @@ TEST_CASE("env infra: an infra_error rollout is void in the rewards, and the rep
   CHECK(rl::score_group(as_failure, exp)[2].reward < 0);
 
   // Metrics: the void trajectory is counted under infra_errors only.
-  report::MetricsInput in;
+  metrics::MetricsInput in;
   in.tasks = {{"relu", 1}};
   in.attempts = {{"relu", 0, 1, "correct", 1.5, 10, false},
                  {"relu", 1, 1, "wrong_output", std::nullopt, 10, false},
                  {"relu", 2, 1, "infra_error", std::nullopt, 10, false}};
-  const auto m = report::compute_metrics(in);
+  const auto m = metrics::compute_metrics(in);
   CHECK(m.overall.infra_errors == 1);
   CHECK(m.overall.trajectories == 2);
   CHECK(m.overall.attempts == 2);

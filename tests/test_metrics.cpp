@@ -1,15 +1,15 @@
-// report::compute_metrics on attempts whose right values are worked out by hand below.
+// metrics::compute_metrics on attempts whose right values are worked out by hand below.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 #include "report/metrics_table.hpp"
 
-using leap::report::Attempt;
-using leap::report::compute_metrics;
-using leap::report::MetricsInput;
-using leap::report::pass_at_k;
+using leap::metrics::Attempt;
+using leap::metrics::compute_metrics;
+using leap::metrics::MetricsInput;
+using leap::metrics::pass_at_k;
 
 TEST_CASE("metrics: unbiased pass@k") {
   CHECK(pass_at_k(5, 2, 2) == doctest::Approx(0.7));  // 1 - C(3,2)/C(5,2) = 1 - 3/10

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 #include "report/store_input.hpp"
 #include "store/database.hpp"
 #include "store/migrations.hpp"
@@ -678,7 +678,7 @@ TEST_CASE("store: evaluations, checkpoints, events and resume truncation") {
   CHECK(scalar_int(store.db(), "SELECT sample FROM eval_results WHERE suspicious = 1") == 0);
   CHECK(scalar_int(store.db(), "SELECT count(*) FROM eval_results WHERE suspicious = 0") == 1);
   // leap report counts the stored flag as a hack.
-  CHECK(leap::report::compute_metrics(leap::report::eval_input(store.db(), ev)).overall.hacks.at("suspicious_speedup") == 1);
+  CHECK(leap::metrics::compute_metrics(leap::report::eval_input(store.db(), ev)).overall.hacks.at("suspicious_speedup") == 1);
   // A batch with a duplicate (task, sample, turn) is rejected as a whole.
   std::vector<EvalResultRecord> bad = rows;
   bad[0].sample = 5;

@@ -17,7 +17,7 @@
 #include "cli/environment.hpp"
 #include "cli/eval_model.hpp"
 #include "config/load.hpp"
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 #include "report/metrics_table.hpp"
 #include "store/store.hpp"
 #include "tasks/task_spec.hpp"
@@ -124,13 +124,13 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
   const int64_t eval_id = st.write_evaluation(info, recs);
 
   // Benchmark metrics over every task of the set (a task without an answer counts as a failure).
-  report::MetricsInput mi;
+  metrics::MetricsInput mi;
   for (const auto& t : set.tasks) mi.tasks.push_back({t.name, t.level});
   for (size_t i = 0; i < jobs.size(); ++i)
     mi.attempts.push_back({jobs[i].task->name(), recs[i].sample, 1, recs[i].verdict, recs[i].speedup, 0,
                             results[i].suspicious});
   mi.turns = 1;
-  const report::MetricsReport metrics = report::compute_metrics(mi);
+  const metrics::MetricsReport bench = metrics::compute_metrics(mi);
 
   std::map<std::string, int> counts;
   double log_sum = 0;
@@ -154,7 +154,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
                       {"details", r.details}});  // what the environment measured besides (docs/env.md)
     }
     nlohmann::json out = {{"evaluation_id", eval_id}, {"bench", set.name}, {"backend", backend}, {"results", rows},
-                          {"counts", counts}, {"metrics", report::metrics_json(metrics)}};
+                          {"counts", counts}, {"metrics", report::metrics_json(bench)}};
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     size_t wt = 4, wf = 4;
@@ -176,7 +176,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
     std::printf("\n%zu files: %s", jobs.size(), summary.c_str());
     if (n_correct) std::printf("; geometric-mean speedup of correct: %.3fx", std::exp(log_sum / n_correct));
     if (n_suspicious) std::printf("; %d suspicious (!)", n_suspicious);
-    std::printf("\n\n%s", report::render_text(report::metrics_table(metrics)).c_str());
+    std::printf("\n\n%s", report::render_text(report::metrics_table(bench)).c_str());
     std::printf("(over all %zu tasks of %s; a task without an answer counts as a failure)\n", set.tasks.size(),
                 set.name.c_str());
     std::printf("evaluation %lld written to %s\n", static_cast<long long>(eval_id), db.c_str());

@@ -15,8 +15,9 @@
 #include "model/chat_format.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 #include "report/metrics_table.hpp"
+#include "rl/evaluate.hpp"
 #include "rl/grader.hpp"
 #include "rl/local_policy.hpp"
 #include "rl/rollout.hpp"
@@ -167,25 +168,17 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
     throw;
   }
 
-  // Benchmark metrics per level and overall (report/metrics.hpp; the same as `leap eval --solutions`).
-  report::MetricsInput mi;
-  for (const auto* t : tasks) mi.tasks.push_back({t->spec().name, t->spec().level});
-  for (const auto& gr : groups)
-    for (size_t i = 0; i < gr.rollouts.size(); ++i)
-      for (const auto& t : gr.rollouts[i].turns)
-        mi.attempts.push_back({tasks[gr.task_index]->spec().name, static_cast<int64_t>(i), t.turn,
-                               std::string(env::to_string(t.result.verdict)), rl::finite_or_empty(t.result.speedup),
-                               static_cast<int64_t>(t.sample.completion_ids.size()), t.result.suspicious});
-  mi.turns = o.max_turns;
-  const report::MetricsReport metrics = report::compute_metrics(mi);
+  // Benchmark metrics per level and overall (util/bench_metrics.hpp; the same as `leap eval --solutions`).
+  const metrics::MetricsInput mi = rl::metrics_input(groups, tasks, o.max_turns);
+  const metrics::MetricsReport bench = metrics::compute_metrics(mi);
   if (a.format == "json") {
     nlohmann::json js = {{"evaluation_id", eval_id}, {"bench", set.name}, {"model", model_dir},
-                         {"metrics", report::metrics_json(metrics)}};
+                         {"metrics", report::metrics_json(bench)}};
     std::cout << js.dump(2) << "\n";
   } else {
     std::cout << "evaluation " << eval_id << " (" << set.name << ", " << k << " samples, " << o.max_turns
               << " turns, model " << model_dir << ")\n\n"
-              << report::render_text(report::metrics_table(metrics)) << "\nstored in " << g.db
+              << report::render_text(report::metrics_table(bench)) << "\nstored in " << g.db
               << " (evaluations.id = " << eval_id << ")\n";
   }
   return 0;

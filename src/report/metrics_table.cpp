@@ -10,7 +10,7 @@ std::string p_name(double p) {
   return "fast_" + s;
 }
 
-std::vector<std::string> row(const std::string& level, const Metrics& m, int64_t T) {
+std::vector<std::string> row(const std::string& level, const metrics::Metrics& m, int64_t T) {
   std::vector<std::string> r = {level, std::to_string(m.tasks), std::to_string(m.attempts), fmt_num(m.compile_rate)};
   for (int64_t t = 0; t < T; ++t) r.push_back(t < static_cast<int64_t>(m.acc.size()) ? fmt_num(m.acc[static_cast<size_t>(t)]) : "-");
   for (const auto& [k, v] : m.pass_at_k) r.push_back(fmt_num(v));
@@ -28,7 +28,7 @@ std::vector<std::string> row(const std::string& level, const Metrics& m, int64_t
 
 nlohmann::json num(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
 
-nlohmann::json slice_json(const Metrics& m) {
+nlohmann::json slice_json(const metrics::Metrics& m) {
   nlohmann::json acc = nlohmann::json::array(), pass = nlohmann::json::object(), fast = nlohmann::json::object();
   for (double a : m.acc) acc.push_back(num(a));
   for (const auto& [k, v] : m.pass_at_k) pass["pass@" + std::to_string(k)] = num(v);
@@ -43,7 +43,7 @@ nlohmann::json slice_json(const Metrics& m) {
 
 }  // namespace
 
-Table metrics_table(const MetricsReport& m) {
+Table metrics_table(const metrics::MetricsReport& m) {
   Table t;
   t.header = {"level", "tasks", "attempts", "compile_rate"};
   for (int64_t k = 1; k <= m.turns; ++k) t.header.push_back("acc@" + std::to_string(k));
@@ -60,7 +60,7 @@ Table metrics_table(const MetricsReport& m) {
   return t;
 }
 
-nlohmann::json metrics_json(const MetricsReport& m) {
+nlohmann::json metrics_json(const metrics::MetricsReport& m) {
   nlohmann::json levels = nlohmann::json::object();
   for (const auto& [l, s] : m.by_level) levels[l] = slice_json(s);
   return {{"turns", m.turns}, {"samples", m.samples}, {"overall", slice_json(m.overall)}, {"levels", levels}};

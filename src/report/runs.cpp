@@ -4,7 +4,7 @@
 
 #include "config/load.hpp"
 #include "report/config_diff.hpp"
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 #include "report/store_input.hpp"
 #include "util/error.hpp"
 
@@ -101,8 +101,8 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
   }
   if (r.steps && !std::isnan(r.env_calls)) r.env_calls_per_step = r.env_calls / static_cast<double>(r.steps);
   if (r.steps) {
-    MetricsInput in = train_input(db, run_id, 1, INT64_MAX);
-    if (!in.attempts.empty()) r.tokens_per_success = compute_metrics(in).overall.tokens_per_success;
+    metrics::MetricsInput in = train_input(db, run_id, 1, INT64_MAX);
+    if (!in.attempts.empty()) r.tokens_per_success = metrics::compute_metrics(in).overall.tokens_per_success;
   }
   // Final eval: stored results first, then the trainer's eval metrics.
   {
@@ -112,7 +112,7 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
     s.bind_text(1, run_id);
     if (s.step()) {
       r.eval_step = s.column_opt_int64(1);
-      MetricsReport m = compute_metrics(eval_input(db, s.column_int64(0)));
+      metrics::MetricsReport m = metrics::compute_metrics(eval_input(db, s.column_int64(0)));
       r.infra_errors += m.overall.infra_errors;
       r.turns = m.turns;
       r.eval_acc = m.overall.acc;
@@ -141,7 +141,7 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
         "(SELECT 1 FROM eval_results x WHERE x.evaluation_id = e.id) ORDER BY coalesce(e.step, 0) ASC, e.id ASC LIMIT 1");
     s.bind_text(1, run_id);
     if (s.step()) {
-      MetricsReport m = compute_metrics(eval_input(db, s.column_int64(0)));
+      metrics::MetricsReport m = metrics::compute_metrics(eval_input(db, s.column_int64(0)));
       if (!m.overall.acc.empty()) r.eval_acc1_start = m.overall.acc[0];
     } else {
       for (const auto& p : st.metric_series(run_id, "eval/acc@1"))

@@ -2,8 +2,8 @@
 
 namespace leap::report {
 
-MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
-  MetricsInput in;
+metrics::MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
+  metrics::MetricsInput in;
   store::Statement t = db.prepare(
       "SELECT DISTINCT t.name, t.level FROM eval_results r JOIN tasks t ON t.id = r.task_id "
       "WHERE r.evaluation_id = ?1 ORDER BY t.name");
@@ -17,7 +17,7 @@ MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
       "WHERE r.evaluation_id = ?1 ORDER BY r.id");
   st.bind_int64(1, evaluation_id);
   while (st.step()) {
-    Attempt a;
+    metrics::Attempt a;
     a.task = st.column_text(0);
     a.sample = st.column_int64(1);
     a.turn = st.column_int64(2);
@@ -29,8 +29,8 @@ MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
   return in;
 }
 
-MetricsInput train_input(store::Database& db, const std::string& run_id, int64_t first_step, int64_t last_step) {
-  MetricsInput in;
+metrics::MetricsInput train_input(store::Database& db, const std::string& run_id, int64_t first_step, int64_t last_step) {
+  metrics::MetricsInput in;
   store::Statement st = db.prepare(
       "SELECT g.step, g.group_index, t.name, t.level, r.rollout_index, u.turn_index, u.verdict, u.speedup, "
       "u.completion_tokens, u.suspicious FROM turns u JOIN rollouts r ON r.id = u.rollout_id "
@@ -39,7 +39,7 @@ MetricsInput train_input(store::Database& db, const std::string& run_id, int64_t
   st.bind_text(1, run_id).bind_int64(2, first_step).bind_int64(3, last_step);
   std::string last_key;
   while (st.step()) {
-    Attempt a;
+    metrics::Attempt a;
     a.task = std::to_string(st.column_int64(0)) + "/" + std::to_string(st.column_int64(1)) + "/" + st.column_text(2);
     if (a.task != last_key) in.tasks.push_back({a.task, st.column_opt_int64(3)}), last_key = a.task;
     a.sample = st.column_int64(4);

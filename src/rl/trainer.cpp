@@ -262,7 +262,7 @@ EvalSummary run_eval(Run& r, int64_t step) {
   std::vector<const env::RuntimeTask*> tasks;
   for (const auto* t : r.eval.tasks) tasks.push_back(t);
   const auto groups = engine.run(tasks, static_cast<int>(r.exp.eval.samples), util::mix_seed(r.exp.train.seed, 0xE7A1), nullptr);
-  const auto s = summarize_eval(groups, o.max_turns, r.exp.eval.fast_p);
+  const auto s = summarize_eval(groups, tasks, o.max_turns, r.exp.eval.fast_p);
   if (!r.rank0()) return s;  // data parallel: every rank evaluates the same tasks, rank 0 records
   store::EvaluationInfo info;
   info.run_id = r.run_id;

@@ -1,11 +1,11 @@
-#include "report/metrics.hpp"
+#include "util/bench_metrics.hpp"
 
 #include <algorithm>
 #include <set>
 
 #include "util/error.hpp"
 
-namespace leap::report {
+namespace leap::metrics {
 
 double pass_at_k(int64_t n, int64_t c, int64_t k) {
   if (k < 1) throw Error("pass@k: k must be >= 1, got " + std::to_string(k));
@@ -34,11 +34,11 @@ struct TaskData {
 
 bool compiled(const std::string& v) { return v != "format_error" && v != "compile_error"; }
 
-Metrics slice(const std::vector<const TaskData*>& tasks, int64_t T, int64_t max_samples) {
+Metrics slice(const std::vector<const TaskData*>& tasks, int64_t T, int64_t max_samples, const std::vector<double>& fast_p) {
   Metrics m;
   m.tasks = static_cast<int64_t>(tasks.size());
   m.acc.assign(static_cast<size_t>(T), 0.0);
-  for (double p : kFastP) m.fast_p[p] = 0.0;
+  for (double p : fast_p) m.fast_p[p] = 0.0;
   std::map<int64_t, std::pair<double, int64_t>> pass;  // k -> (sum, tasks)
   int64_t compiled_n = 0, correct_traj = 0, tokens = 0, turn_sum = 0, speed_n = 0;
   double log_sum = 0;
@@ -68,12 +68,12 @@ Metrics slice(const std::vector<const TaskData*>& tasks, int64_t T, int64_t max_
       ++correct_traj;
       turn_sum += tr.first_correct;
       for (int64_t k = tr.first_correct; k <= T; ++k) ++by_turn[static_cast<size_t>(k - 1)];
-      for (double p : kFastP)
+      for (double p : fast_p)
         if (p == 0.0 || (!std::isnan(tr.best_speedup) && tr.best_speedup > p)) ++fast[p];
       if (!std::isnan(tr.best_speedup) && tr.best_speedup > 0) log_sum += std::log(tr.best_speedup), ++speed_n;
     }
     for (int64_t k = 0; k < T; ++k) m.acc[static_cast<size_t>(k)] += static_cast<double>(by_turn[static_cast<size_t>(k)]) / n;
-    for (double p : kFastP) m.fast_p[p] += static_cast<double>(fast[p]) / n;
+    for (double p : fast_p) m.fast_p[p] += static_cast<double>(fast[p]) / n;
     for (int64_t k : std::set<int64_t>{1, max_samples}) {
       auto& [sum, cnt] = pass[k];
       if (k <= n) sum += pass_at_k(n, c, k), ++cnt;
@@ -139,9 +139,10 @@ MetricsReport compute_metrics(const MetricsInput& input) {
     all.push_back(&t);
     levels[t.level ? std::to_string(*t.level) : "-"].push_back(&t);
   }
-  r.overall = slice(all, T, r.samples);
-  for (const auto& [l, v] : levels) r.by_level[l] = slice(v, T, r.samples);
+  const std::vector<double>& fast_p = input.fast_p.empty() ? kFastP : input.fast_p;
+  r.overall = slice(all, T, r.samples, fast_p);
+  for (const auto& [l, v] : levels) r.by_level[l] = slice(v, T, r.samples, fast_p);
   return r;
 }
 
-}  // namespace leap::report
+}  // namespace leap::metrics

@@ -1,8 +1,9 @@
 #pragma once
 // Benchmark metrics of DESIGN.md section 5 over plain attempt rows: compile rate, Acc@1..T, pass@k,
 // fast_p, geometric-mean speedup, turns per pass, tokens per success, hack detections. Per level
-// and overall. Callers (leap eval, leap report, the trainer's periodic eval) fill MetricsInput
-// from whatever they hold; store_input.hpp fills it from the store.
+// and overall. The one definition every figure uses: the trainer's periodic eval
+// (rl/evaluate.hpp), `leap eval` and `leap report` fill MetricsInput from what they hold
+// (report/store_input.hpp from the store). In util so that rl and report can both use it; std only.
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace leap::report {
+namespace leap::metrics {
 
 /// One evaluated attempt: sample `sample` of task `task` at turn `turn`.
 struct Attempt {
@@ -34,9 +35,10 @@ struct MetricsInput {
   std::vector<TaskRef> tasks;
   std::vector<Attempt> attempts;
   int64_t turns = 0;  ///< T of Acc@1..T; 0: the highest turn in `attempts` (at least 1)
+  std::vector<double> fast_p;  ///< thresholds p of fast_p; empty: kFastP
 };
 
-/// The thresholds p of fast_p.
+/// The default thresholds p of fast_p.
 inline const std::vector<double> kFastP = {0.0, 1.0, 1.2, 1.5, 2.0};
 
 /// Metrics of one slice (a level, or all tasks). Shares are in [0, 1]; NaN where undefined.
@@ -79,4 +81,4 @@ double pass_at_k(int64_t n, int64_t c, int64_t k);
 /// >= k samples and the tasks without any (those count 0).
 MetricsReport compute_metrics(const MetricsInput& input);
 
-}  // namespace leap::report
+}  // namespace leap::metrics
