@@ -86,7 +86,15 @@ ChatTemplateInfo analyze_chat_template(std::string_view jinja, ChatFormat format
       info.default_system = std::move(body);
       break;
     }
-  } else if (format == ChatFormat::Llama3) {
+  }
+  // Qwen3: an assistant turn's "<think>...</think>" reasoning is cut from the history (turns before
+  // the last user message); leap renders every turn's text whole.
+  if (jinja.find("split('</think>')") != std::string_view::npos || jinja.find("split(\"</think>\")") != std::string_view::npos)
+    info.differences.push_back("the template drops the <think>...</think> reasoning of earlier assistant turns and "
+                               "writes a <think> block into an assistant turn after the last user message (Qwen3); "
+                               "leap renders each assistant turn's text as it is, so a multi-turn prompt differs "
+                               "when an answer holds reasoning");
+  if (format == ChatFormat::Llama3) {
     if (!llama3)
       info.differences.push_back("the template has no <|start_header_id|> marker: it is not Llama-3's, which leap renders");
     if (jinja.find("Cutting Knowledge Date") != std::string_view::npos)

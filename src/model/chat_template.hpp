@@ -30,8 +30,10 @@ struct ChatTemplateInfo {
 
 /// Reads `jinja` (a chat template; empty: nothing to read) for `format` (ChatML or Llama3).
 /// Jinja string literals are unescaped as Jinja does (\n, \t, \\, \', \"). Reported differences:
-/// a Llama-3.1+ "Cutting Knowledge Date" system preamble; a template with neither format's
-/// markers. Never throws.
+/// a Llama-3.1+ "Cutting Knowledge Date" system preamble; Qwen3's cutting of <think> reasoning
+/// from earlier assistant turns; a template without the format's markers. Never throws.
+/// Checked against transformers' rendering of the SmolLM2, Qwen2.5, Qwen3 and Llama-3 templates
+/// (tests/chat_templates/, model_chat_template_test.cpp).
 ChatTemplateInfo analyze_chat_template(std::string_view jinja, ChatFormat format);
 
 /// analyze_chat_template of checkpoint folder `dir`'s template, with one warning logged per
