@@ -653,6 +653,185 @@ std::vector<double> step_weights(const std::vector<TrainSample>& samples, const 
   return aggregation_weights(o.aggregation, ntok, seg, o.max_len, totals);
 }
 
+namespace {
+
+// ppo_update's steps: plan the mini-batch units once, order each epoch, run each optimizer step
+// mini-batch by mini-batch, and keep the running totals of the step's statistics.
+
+/// Samples that continue each other (nest_samples), and nests whose first samples share one
+/// context (a cluster, its context run once); a unit is one share unit's clusters.
+using Nest = std::vector<size_t>;
+using Cluster = std::vector<Nest>;
+using Unit = std::vector<Cluster>;
+
+/// The share units of `samples` (a group's contexts, which start with the same task prompt, taken
+/// together as verl's mini-batches take whole groups). Inside a unit, a sample stays next to the
+/// samples that continue it (its rollout's later turns, identical samples), so a batch can score
+/// them in one row; and nests whose first samples have the same context stay next to each other,
+/// so a batch runs that whole context once. The units come from the contexts alone, so
+/// train.share_prompts changes only how the batches are computed.
+std::vector<Unit> mini_batch_units(const std::vector<TrainSample>& samples) {
+  std::vector<const std::vector<int64_t>*> contexts;
+  for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
+  std::vector<Unit> units;
+  for (const auto& share : plan_prompt_sharing(contexts)) {
+    const std::vector<size_t>& members = share.members;
+    auto nests = nest_samples(members.size(), [&](size_t k) -> const TrainSample& { return samples[members[k]]; });
+    for (auto& g : nests)
+      for (auto& k : g) k = members[k];
+    const auto context = [&](const Nest& g) -> const std::vector<int64_t>& { return samples[g.front()].prompt_ids; };
+    std::stable_sort(nests.begin(), nests.end(), [&](const Nest& a, const Nest& b) { return context(a) < context(b); });
+    Unit clusters;
+    for (auto& g : nests) {
+      if (clusters.empty() || context(clusters.back().front()) != context(g)) clusters.emplace_back();
+      clusters.back().push_back(std::move(g));
+    }
+    units.push_back(std::move(clusters));
+  }
+  if (units.empty())  // a context of < 2 tokens: every sample on its own
+    for (size_t i = 0; i < samples.size(); ++i) units.push_back({{{i}}});
+  return units;
+}
+
+/// One epoch's sample order: the units shuffled, and inside each its clusters and their nests;
+/// nests in that order, except that a nest which would straddle a mini-batch boundary (of `mb`
+/// samples) waits for the first later one that fits the space left (a split nest runs as two rows).
+std::vector<size_t> epoch_order(std::vector<Unit>& units, size_t mb, std::mt19937_64& rng) {
+  std::vector<size_t> order;
+  std::shuffle(units.begin(), units.end(), rng);
+  for (auto& u : units) {
+    std::shuffle(u.begin(), u.end(), rng);
+    for (auto& c : u) std::shuffle(c.begin(), c.end(), rng);
+    std::vector<const Nest*> pending;
+    for (const auto& c : u)
+      for (const auto& g : c) pending.push_back(&g);
+    while (!pending.empty()) {
+      const size_t space = mb - order.size() % mb;
+      size_t pick = 0;
+      for (size_t k = 0; k < pending.size(); ++k)
+        if (pending[k]->size() <= space) {
+          pick = k;
+          break;
+        }
+      order.insert(order.end(), pending[pick]->begin(), pending[pick]->end());
+      pending.erase(pending.begin() + static_cast<long>(pick));
+    }
+  }
+  return order;
+}
+
+/// The running totals behind UpdateStats: token-weighted sums over every mini-batch, and sums
+/// over optimizer steps.
+struct UpdateTotals {
+  double tokens_seen = 0;     ///< completion tokens, skipped samples' included (clip and KL shares)
+  double entropy_tokens = 0;  ///< completion tokens that ran (entropy share)
+  double clip_low = 0, clip_high = 0, kl = 0, entropy = 0;  ///< token-weighted sums
+  double loss = 0, norm = 0;  ///< over optimizer steps with a finite value
+
+  /// Adds one mini-batch of `tokens` masked tokens: its loss terms and its summed entropy (nats).
+  void add_batch(const LossTerms& terms, double tokens, double entropy_sum) {
+    tokens_seen += tokens;
+    entropy_tokens += tokens;
+    clip_low += terms.clip_frac_low * tokens;
+    clip_high += terms.clip_frac_high * tokens;
+    kl += terms.kl_mean * tokens;
+    entropy += entropy_sum;
+  }
+  /// Sums the token-weighted totals over the ranks (every rank must call).
+  void all_reduce(dist::ProcessGroup& pg) {
+    const auto r = pg.all_reduce_sum({tokens_seen, clip_low, clip_high, entropy, kl, entropy_tokens});
+    tokens_seen = r[0], clip_low = r[1], clip_high = r[2], entropy = r[3], kl = r[4], entropy_tokens = r[5];
+  }
+  /// The means into `st` (its step counts already set).
+  void write(UpdateStats& st) const {
+    const double good = static_cast<double>(std::max<int64_t>(1, st.optimizer_steps - st.skipped_steps));
+    st.loss = loss / good;
+    st.grad_norm = norm / good;
+    if (tokens_seen > 0) {
+      st.clip_frac_low = clip_low / tokens_seen;
+      st.clip_frac_high = clip_high / tokens_seen;
+      st.kl = kl / tokens_seen;
+    }
+    if (entropy_tokens > 0) st.entropy = entropy / entropy_tokens;
+  }
+};
+
+/// Forward and backward of one mini-batch: samples[idx[r]] with loss weight weights[r]. Returns
+/// its loss (NaN when not finite: then nothing is back-propagated).
+double run_mini_batch(model::Transformer& policy, const std::vector<TrainSample>& samples,
+                      const std::vector<size_t>& idx, const std::vector<double>& weights, bool with_ref,
+                      const UpdateOptions& o, UpdateStats& st, UpdateTotals& totals) {
+  const Batch b = make_batch(samples, idx, o.pad_id, policy->device(), o.share_prompts);
+  const int64_t B = static_cast<int64_t>(idx.size()), C = b.completion_len;
+  auto old_lp = torch::zeros({B, C}, torch::kFloat32);
+  auto ref_lp = with_ref ? torch::zeros({B, C}, torch::kFloat32) : torch::Tensor();
+  auto adv = torch::zeros({B}, torch::kFloat32);
+  auto wt = torch::zeros({B}, torch::kFloat64);
+  for (int64_t r = 0; r < B; ++r) {
+    const auto& s = samples[idx[static_cast<size_t>(r)]];
+    const int64_t n = static_cast<int64_t>(s.completion_ids.size());
+    if (n) old_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.old_logp.data()), {n}, torch::kFloat32));
+    if (with_ref && n)
+      ref_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.ref_logp.data()), {n}, torch::kFloat32));
+    adv[r] = s.advantage;
+    wt[r] = weights[static_cast<size_t>(r)];
+  }
+  const auto dev = policy->device();
+  for (const auto& part : b.parts) {
+    st.samples_in_other_rows += static_cast<int64_t>(part.rows.size()) - part.tokens.size(0);
+    st.tokens_run += part.tokens.numel();
+  }
+  if (b.shared) st.tokens_run += b.prefix_tokens.numel();
+  auto lp = batch_logprobs(policy, b, o);
+  LossTerms terms = policy_loss(lp.logprobs, old_lp.to(dev), with_ref ? ref_lp.to(dev) : torch::Tensor(), adv.to(dev),
+                                b.completion_mask, wt.to(dev), o.loss);
+  const double l = terms.loss.item<double>();
+  if (std::isfinite(l)) terms.loss.backward();
+  totals.add_batch(terms, b.completion_mask.sum().item<double>(),
+                   (lp.entropy.detach() * b.completion_mask).sum().item<double>());
+  return std::isfinite(l) ? l : std::nan("");
+}
+
+/// One optimizer step over samples[step_idx]: its mini-batches of `mb` samples (a sample with
+/// advantage 0 and no KL term left out under skip_zero_advantage: it adds exactly 0 to the loss
+/// and its gradient, pg = -min(ratio * 0, clip(ratio) * 0); its weight stays in the step's
+/// normalizers and its tokens in the clip fractions, so the step is the one the unskipped path
+/// takes), then finish_step. `steps_per_epoch` scales segment_mean weights (step_weights).
+void run_optimizer_step(model::Transformer& policy, torch::optim::Optimizer& optimizer,
+                        const std::vector<at::Tensor>& params, const std::vector<TrainSample>& samples,
+                        const std::vector<size_t>& step_idx, size_t steps_per_epoch, size_t mb, bool with_ref,
+                        const UpdateOptions& o, UpdateStats& st, UpdateTotals& totals) {
+  const auto w = step_weights(samples, step_idx, o, steps_per_epoch);
+  double step_loss = 0;
+  bool ran = false;
+  for (size_t start = 0; start < step_idx.size(); start += mb) {
+    const size_t end = std::min(step_idx.size(), start + mb);
+    std::vector<size_t> idx;
+    std::vector<double> weights;
+    for (size_t k = start; k < end; ++k) {
+      const auto& s = samples[step_idx[k]];
+      if (o.skip_zero_advantage && !with_ref && s.advantage == 0.0) {
+        totals.tokens_seen += static_cast<double>(s.completion_ids.size());
+        st.samples_not_run += 1;
+        continue;
+      }
+      idx.push_back(step_idx[k]);
+      weights.push_back(w[k]);
+    }
+    if (idx.empty()) continue;
+    ran = true;
+    step_loss += run_mini_batch(policy, samples, idx, weights, with_ref, o, st, totals);
+  }
+  if (!ran) define_grads(params);  // every sample skipped: step as on the zero gradient of a zero loss
+  const double norm = finish_step(optimizer, params, &step_loss, o.max_grad_norm, &st,
+                                  "update step " + std::to_string(st.optimizer_steps + 1), o.group);
+  st.optimizer_steps += 1;
+  if (std::isfinite(step_loss)) totals.loss += step_loss;
+  if (std::isfinite(norm)) totals.norm += norm;
+}
+
+}  // namespace
+
 UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& optimizer,
                        const std::vector<at::Tensor>& params, std::vector<TrainSample>& samples,
                        const UpdateOptions& o) {
@@ -663,150 +842,23 @@ UpdateStats ppo_update(model::Transformer& policy, torch::optim::Optimizer& opti
     if (s.old_logp.size() != s.completion_ids.size())
       throw Error("ppo_update: old log-probs missing (call compute_old_logprobs first)");
   const bool with_ref = o.loss.kl_beta > 0 && !samples.empty() && !samples.front().ref_logp.empty();
-  double tokens_seen = 0, entropy_tokens = 0, clip_low = 0, clip_high = 0, entropy = 0, kl = 0, loss_total = 0,
-         norm_total = 0;
-  std::mt19937_64 rng(o.seed);
-  std::vector<size_t> order(samples.size());
-  std::iota(order.begin(), order.end(), 0);
   const size_t mb = static_cast<size_t>(std::max<int64_t>(1, o.mini_batch_size));
   const size_t step_size = mb * static_cast<size_t>(std::max<int64_t>(1, o.grad_accum));
   // Optimizer steps per epoch: the same on every rank (the one with the most samples decides).
   size_t n_steps = (samples.size() + step_size - 1) / step_size;
   if (pg) n_steps = static_cast<size_t>(pg->all_reduce_max({static_cast<double>(n_steps)})[0]);
-  // Mini-batches take the samples of a share unit (a group's contexts, which start with the same
-  // task prompt) together, as verl's mini-batches take whole groups: each epoch shuffles the
-  // units and the samples inside each, then cuts the order into mini-batches. The units come from
-  // the contexts alone, so train.share_prompts changes only how the batches are computed.
-  std::vector<const std::vector<int64_t>*> contexts;
-  for (const auto& s : samples) contexts.push_back(&s.prompt_ids);
-  // Inside a unit, a sample stays next to the samples that continue it (its rollout's later
-  // turns, identical samples: nest_samples), so a batch can score them in one row; and nests
-  // whose first samples have the same context stay next to each other (a cluster), so a batch
-  // runs that whole context once.
-  using Nest = std::vector<size_t>;
-  using Cluster = std::vector<Nest>;
-  std::vector<std::vector<Cluster>> units;
-  auto add_unit = [&](const std::vector<size_t>& members) {
-    auto nests = nest_samples(members.size(), [&](size_t k) -> const TrainSample& { return samples[members[k]]; });
-    for (auto& g : nests)
-      for (auto& k : g) k = members[k];
-    const auto context = [&](const Nest& g) -> const std::vector<int64_t>& { return samples[g.front()].prompt_ids; };
-    std::stable_sort(nests.begin(), nests.end(), [&](const Nest& a, const Nest& b) { return context(a) < context(b); });
-    std::vector<Cluster> clusters;
-    for (auto& g : nests) {
-      if (clusters.empty() || context(clusters.back().front()) != context(g)) clusters.emplace_back();
-      clusters.back().push_back(std::move(g));
-    }
-    units.push_back(std::move(clusters));
-  };
-  for (auto& u : plan_prompt_sharing(contexts)) add_unit(u.members);
-  if (units.empty())  // a context of < 2 tokens: every sample on its own
-    for (size_t i = 0; i < samples.size(); ++i) units.push_back({{{i}}});
+
+  std::vector<Unit> units = mini_batch_units(samples);
+  std::mt19937_64 rng(o.seed);
+  UpdateTotals totals;
   for (int64_t epoch = 0; epoch < std::max<int64_t>(1, o.ppo_epochs); ++epoch) {
-    std::shuffle(units.begin(), units.end(), rng);
-    order.clear();
-    for (auto& u : units) {
-      std::shuffle(u.begin(), u.end(), rng);
-      for (auto& c : u) std::shuffle(c.begin(), c.end(), rng);
-      // Nests in that order, except that a nest which would straddle a mini-batch boundary waits
-      // for the first later one that fits the space left (a split nest runs as two rows).
-      std::vector<const Nest*> pending;
-      for (const auto& c : u)
-        for (const auto& g : c) pending.push_back(&g);
-      while (!pending.empty()) {
-        const size_t space = mb - order.size() % mb;
-        size_t pick = 0;
-        for (size_t k = 0; k < pending.size(); ++k)
-          if (pending[k]->size() <= space) {
-            pick = k;
-            break;
-          }
-        order.insert(order.end(), pending[pick]->begin(), pending[pick]->end());
-        pending.erase(pending.begin() + static_cast<long>(pick));
-      }
-    }
-    auto steps = chunks(order, step_size);
+    auto steps = chunks(epoch_order(units, mb, rng), step_size);
     steps.resize(n_steps);  // a rank out of samples runs empty steps (zero gradient)
-    for (const auto& step_idx : steps) {
-      const auto w = step_weights(samples, step_idx, o, n_steps);
-      double step_loss = 0;
-      bool ran = false;
-      for (size_t start = 0; start < step_idx.size(); start += mb) {
-        const size_t end = std::min(step_idx.size(), start + mb);
-        // A sample with advantage 0 and no KL term adds exactly 0 to the loss and its gradient
-        // (pg = -min(ratio * 0, clip(ratio) * 0)); with skip_zero_advantage it is not run. Its
-        // weight stays in the step's normalizers (w above), and its tokens count in the clip
-        // fractions (where it clips nothing), so the step is the one the unskipped path takes.
-        std::vector<size_t> idx, pos;
-        for (size_t k = start; k < end; ++k) {
-          const auto& s = samples[step_idx[k]];
-          if (o.skip_zero_advantage && !with_ref && s.advantage == 0.0) {
-            tokens_seen += static_cast<double>(s.completion_ids.size());
-            st.samples_not_run += 1;
-            continue;
-          }
-          idx.push_back(step_idx[k]);
-          pos.push_back(k);
-        }
-        if (idx.empty()) continue;
-        ran = true;
-        const Batch b = make_batch(samples, idx, o.pad_id, policy->device(), o.share_prompts);
-        const int64_t B = static_cast<int64_t>(idx.size()), C = b.completion_len;
-        auto old_lp = torch::zeros({B, C}, torch::kFloat32);
-        auto ref_lp = with_ref ? torch::zeros({B, C}, torch::kFloat32) : torch::Tensor();
-        auto adv = torch::zeros({B}, torch::kFloat32);
-        auto wt = torch::zeros({B}, torch::kFloat64);
-        for (int64_t r = 0; r < B; ++r) {
-          const auto& s = samples[idx[static_cast<size_t>(r)]];
-          const int64_t n = static_cast<int64_t>(s.completion_ids.size());
-          if (n) old_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.old_logp.data()), {n}, torch::kFloat32));
-          if (with_ref && n)
-            ref_lp[r].narrow(0, 0, n).copy_(torch::from_blob(const_cast<float*>(s.ref_logp.data()), {n}, torch::kFloat32));
-          adv[r] = s.advantage;
-          wt[r] = w[pos[static_cast<size_t>(r)]];
-        }
-        const auto dev = policy->device();
-        for (const auto& part : b.parts) {
-          st.samples_in_other_rows += static_cast<int64_t>(part.rows.size()) - part.tokens.size(0);
-          st.tokens_run += part.tokens.numel();
-        }
-        if (b.shared) st.tokens_run += b.prefix_tokens.numel();
-        auto lp = batch_logprobs(policy, b, o);
-        LossTerms terms = policy_loss(lp.logprobs, old_lp.to(dev), with_ref ? ref_lp.to(dev) : torch::Tensor(),
-                                      adv.to(dev), b.completion_mask, wt.to(dev), o.loss);
-        const double l = terms.loss.item<double>();
-        step_loss += l;
-        if (std::isfinite(l)) terms.loss.backward();
-        else step_loss = std::nan("");
-        const double n_tok = b.completion_mask.sum().item<double>();
-        tokens_seen += n_tok;
-        entropy_tokens += n_tok;
-        clip_low += terms.clip_frac_low * n_tok;
-        clip_high += terms.clip_frac_high * n_tok;
-        kl += terms.kl_mean * n_tok;
-        entropy += (lp.entropy.detach() * b.completion_mask).sum().item<double>();
-      }
-      if (!ran) define_grads(params);  // every sample skipped: step as on the zero gradient of a zero loss
-      const double norm = finish_step(optimizer, params, &step_loss, o.max_grad_norm, &st,
-                                      "update step " + std::to_string(st.optimizer_steps + 1), pg);
-      st.optimizer_steps += 1;
-      if (std::isfinite(step_loss)) loss_total += step_loss;
-      if (std::isfinite(norm)) norm_total += norm;
-    }
+    for (const auto& step_idx : steps)
+      run_optimizer_step(policy, optimizer, params, samples, step_idx, n_steps, mb, with_ref, o, st, totals);
   }
-  if (pg) {
-    const auto r = pg->all_reduce_sum({tokens_seen, clip_low, clip_high, entropy, kl, entropy_tokens});
-    tokens_seen = r[0], clip_low = r[1], clip_high = r[2], entropy = r[3], kl = r[4], entropy_tokens = r[5];
-  }
-  const double good = static_cast<double>(std::max<int64_t>(1, st.optimizer_steps - st.skipped_steps));
-  st.loss = loss_total / good;
-  st.grad_norm = norm_total / good;
-  if (tokens_seen > 0) {
-    st.clip_frac_low = clip_low / tokens_seen;
-    st.clip_frac_high = clip_high / tokens_seen;
-    st.kl = kl / tokens_seen;
-  }
-  if (entropy_tokens > 0) st.entropy = entropy / entropy_tokens;
+  if (pg) totals.all_reduce(*pg);
+  totals.write(st);
   return st;
 }
 
