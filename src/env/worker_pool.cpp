@@ -30,6 +30,7 @@
 #include "env/reply_check.hpp"
 #include "env/timing_schedule.hpp"
 #include "env/worker_backend.hpp"
+#include "env/worker_job.hpp"
 #include "env/worker_process.hpp"
 #include "env/zygote.hpp"
 #include "util/error.hpp"
@@ -353,71 +354,6 @@ void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffe
   }
 }
 
-// ---- job (de)serialisation ------------------------------------------------------------------
-
-json plan_to_json(const BoundPlan& plan) {
-  json t = json::array();
-  for (const auto& x : plan.tensors)
-    t.push_back({{"name", x.name}, {"dtype", std::string(to_string(x.dtype))}, {"shape", x.shape},
-                 {"role", static_cast<int>(x.role)}});
-  json l = json::array();
-  for (const auto& x : plan.launches) {
-    json args = json::array();
-    for (const auto& a : x.args)
-      args.push_back({{"k", static_cast<int>(a.kind)}, {"t", a.tensor}, {"i", a.i}, {"f", a.f}});
-    l.push_back({{"kernel", x.kernel}, {"grid", x.grid}, {"block", x.block},
-                 {"shared_bytes", x.shared_bytes}, {"signature", x.signature}, {"args", args}});
-  }
-  return {{"tensors", t}, {"launches", l}};
-}
-
-BoundPlan plan_from_json(const json& j) {
-  BoundPlan plan;
-  for (const auto& x : j.at("tensors")) {
-    BoundTensor t;
-    t.name = x.at("name").get<std::string>();
-    dtype_from_string(x.at("dtype").get<std::string>(), t.dtype);
-    t.shape = x.at("shape").get<std::vector<int64_t>>();
-    t.role = static_cast<TensorRole>(x.at("role").get<int>());
-    plan.tensors.push_back(std::move(t));
-  }
-  for (const auto& x : j.at("launches")) {
-    BoundLaunch l;
-    l.kernel = x.at("kernel").get<std::string>();
-    l.grid = x.at("grid").get<std::array<int64_t, 3>>();
-    l.block = x.at("block").get<std::array<int64_t, 3>>();
-    l.shared_bytes = x.at("shared_bytes").get<int64_t>();
-    l.signature = x.at("signature").get<std::string>();
-    for (const auto& a : x.at("args")) {
-      BoundArg b;
-      b.kind = static_cast<ArgKind>(a.at("k").get<int>());
-      b.tensor = a.at("t").get<int>();
-      b.i = a.at("i").get<int64_t>();
-      b.f = a.at("f").is_number() ? a.at("f").get<double>() : std::nan("");
-      l.args.push_back(b);
-    }
-    plan.launches.push_back(std::move(l));
-  }
-  return plan;
-}
-
-json outcome_to_json(const RunOutcome& o) {
-  return {{"verdict", std::string(to_string(o.verdict))}, {"message", o.message},
-          {"failed_launch", o.failed_launch}, {"times_ms", o.times_ms}, {"runs", o.runs},
-          {"launch_ms", o.launch_ms}};
-}
-
-RunOutcome outcome_from_json(const json& j) {
-  RunOutcome o;
-  o.verdict = verdict_from_string(j.at("verdict").get<std::string>());
-  o.message = j.at("message").get<std::string>();
-  o.failed_launch = j.at("failed_launch").get<int>();
-  o.times_ms = j.at("times_ms").get<std::vector<double>>();
-  o.runs = j.at("runs").get<std::vector<int>>();
-  if (j.contains("launch_ms")) o.launch_ms = j.at("launch_ms").get<std::vector<double>>();
-  return o;
-}
-
 std::string signal_text(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   const char* desc = strsignal(sig);
@@ -528,47 +464,16 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
     size_t total = 0;
     std::string scratch_copy;
     try {
-      json job = json::parse(body);
-      Artifact art;
-      art.backend = job.at("artifact").at("backend").get<std::string>();
-      art.path = job.at("artifact").at("path").get<std::string>();
-      art.key = job.at("artifact").at("key").get<std::string>();
-      BoundPlan plan = plan_from_json(job.at("plan"));
-      RunRequest req;
-      req.warmup = job.at("warmup").get<int>();
-      req.trials = job.at("trials").get<int>();
-      req.max_seconds = job.at("max_seconds").get<double>();
-      req.rotations = job.at("rotations").get<std::vector<std::vector<int>>>();
-      req.rewrite_seed = job.at("rewrite_seed").get<uint64_t>();
-      req.warmup_ms = job.at("warmup_ms").get<double>();
-      req.min_timed_ms = job.at("min_timed_ms").get<double>();
-      req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
-      req.perturb_inputs = job.value("perturb_inputs", std::vector<int>{});
-      req.profile_launches = job.value("profile_launches", false);
-      if (job.value("parent_snapshots", false)) {
-        // Each run reported, the parent's "go" awaited: it makes its copies meanwhile.
-        req.parent_snapshots = true;
+      WorkerJob job = decode_job(body);
+      Artifact& art = job.artifact;
+      const BoundPlan& plan = job.plan;
+      RunRequest& req = job.request;
+      if (req.parent_snapshots)  // each run reported, the parent's "go" awaited: it makes its copies meanwhile
         req.on_run_done = [sock](int run) {
           return send_frame(sock, "{\"ran\":" + std::to_string(run) + "}") && await_go(sock);
         };
-      }
-      for (const auto& sj : job.at("snapshots")) {
-        Snapshot snap;
-        snap.run = sj.at(0).get<int>();
-        snap.copies = sj.at(1).get<std::vector<std::pair<int, int>>>();
-        req.snapshots.push_back(std::move(snap));
-      }
-      if (job.contains("reference")) {
-        const json& rj = job.at("reference");
-        ReferenceProgram rp;
-        rp.torchscript = rj.at("torchscript").get<std::string>();
-        rp.file = rj.at("file").get<std::string>();
-        rp.task_file = rj.at("task_file").get<std::string>();
-        rp.inputs = rj.at("inputs").get<int>();
-        req.reference = std::move(rp);
-      }
-      total = job.at("total_bytes").get<size_t>();
-      auto offsets = job.at("offsets").get<std::vector<size_t>>();
+      total = job.total_bytes;
+      const std::vector<size_t>& offsets = job.offsets;
       if (fds.empty()) throw Error("no tensor memory was passed to the worker");
       // Populated at once (the parent wrote every page): a job's page faults, counted in its CPU
       // time, were most of what a run costs besides the code (54 -> 38 us a run, relu's 64-KB
@@ -577,8 +482,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       if (base == MAP_FAILED) throw Error(std::string("worker mmap: ") + std::strerror(errno));
       close(fds[0]);  // mapped: the code need not find the memfd among its fds
       fds[0] = -1;
-      for (const auto& g : job.at("guards"))
-        mprotect(static_cast<char*>(base) + g.at(0).get<size_t>(), g.at(1).get<size_t>(), PROT_NONE);
+      for (const auto& [offset, bytes] : job.guards) mprotect(static_cast<char*>(base) + offset, bytes, PROT_NONE);
       std::vector<void*> ptrs;
       for (size_t off : offsets) ptrs.push_back(static_cast<char*>(base) + off);
       if (ctx.copy_artifact && !req.reference && fds.size() > 1) {
@@ -623,9 +527,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
     // A worker that will exit after this reply (e.g. a poisoned CUDA context) says so in the
     // reply, so the pool retires it before another job can be sent to the dying process.
     const bool exiting = backend.worker_must_exit();
-    json reply = outcome_to_json(out);
-    reply["exiting"] = exiting;
-    if (!send_frame(sock, reply.dump())) return 1;
+    if (!send_frame(sock, encode_reply(out, exiting))) return 1;
     // Unmapped after the reply, so the parent's reading of this job's CPU time (at the reply)
     // does not include it; a worker that serves another job unmaps before that job's "mapped".
     stale = {base, total};
@@ -1037,31 +939,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   }
 
   const BufferLayout& layout = buffers.layout();
-  json job = {{"artifact", {{"backend", artifact.backend}, {"path", artifact.path}, {"key", artifact.key}}},
-              {"plan", plan_to_json(plan)},
-              {"warmup", request.warmup},
-              {"trials", request.trials},
-              {"max_seconds", request.max_seconds},
-              {"rotations", request.rotations},
-              {"rewrite_seed", request.rewrite_seed},
-              {"warmup_ms", request.warmup_ms},
-              {"min_timed_ms", request.min_timed_ms},
-              {"rewrite_inputs", request.rewrite_inputs},
-              {"perturb_inputs", request.perturb_inputs},
-              {"profile_launches", request.profile_launches},
-              {"snapshots", json::array()},
-              {"total_bytes", layout.total_bytes},
-              {"offsets", layout.offsets},
-              {"guards", layout.guards}};
-  job["parent_snapshots"] = request.parent_snapshots;
-  if (!request.parent_snapshots)  // else the list stays here: the worker never learns which runs are checked
-    for (const Snapshot& snap : request.snapshots) job["snapshots"].push_back(json::array({snap.run, snap.copies}));
-  if (request.reference)
-    job["reference"] = {{"torchscript", request.reference->torchscript},
-                        {"file", request.reference->file},
-                        {"task_file", request.reference->task_file},
-                        {"inputs", request.reference->inputs}};
-  const std::string body = job.dump();
+  const std::string body = encode_job(artifact, plan, request, layout);
   // A reference job may be the first LibTorch CUDA work of its worker (library start-up, cuBLAS
   // handle, TorchScript compile): it gets kReferenceStartupS more than a candidate's job.
   const double timeout_s = options_.run_timeout_s > 0 && request.reference ? options_.run_timeout_s + kReferenceStartupS
@@ -1167,8 +1045,8 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   bool dead = false;
   if (r == Recv::ok) {
     try {
-      const json j = json::parse(reply);
-      out = outcome_from_json(j);
+      const WorkerReply decoded = decode_reply(reply);
+      out = decoded.outcome;
       // Untrusted: the answer's code shares the worker's process and may have written this frame.
       std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
       if (why.empty() && request.parent_snapshots && out.runs.size() != static_cast<size_t>(reported_runs))
@@ -1182,7 +1060,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
         dead = true;
       } else {
         if (cpu_at_send >= 0 && cpu_at_reply >= cpu_at_send) out.job_cpu_ms = cpu_at_reply - cpu_at_send;
-        if (j.value("exiting", false)) dead = true;  // retired now, never handed another job
+        if (decoded.exiting) dead = true;  // retired now, never handed another job
       }
     } catch (const std::exception& e) {
       out.verdict = Verdict::runtime_error;
