@@ -336,3 +336,31 @@ TEST_CASE("model: checkpoint errors name the tensor; unsupported rope is refused
 }
 
 TEST_SUITE_END();
+
+TEST_CASE("model: under bf16 autocast the rotary tables keep q and k in bf16 (no promotion to fp32)") {
+  // fp32 weights with bf16 autocast (the trainer's mixed precision): the keys after the rotary
+  // product are bf16, as the projections are; fp32 tables promoted them to fp32 before. The
+  // logits stay within bf16 rounding of the fp32 forward.
+  auto model = load_transformer(fixture_dir() / "qwen2");
+  REQUIRE((model->dtype() == torch::kFloat32));
+  torch::NoGradGuard no_grad;
+  auto ids = torch::tensor({{3, 17, 42, 7, 99, 12, 5, 8}}, torch::kInt64);
+  auto mask = torch::ones_like(ids);
+  const auto fp32_keys = prefix_keys_values(model, ids, mask, ids.size(1));
+  CHECK((fp32_keys.k.at(0).scalar_type() == torch::kFloat32));
+  auto fp32 = model->forward_logits(ids, torch::Tensor(), mask).to(torch::kFloat32);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  const auto keys = prefix_keys_values(model, ids, mask, ids.size(1));
+  auto mixed = model->forward_logits(ids, torch::Tensor(), mask).to(torch::kFloat32);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  CHECK((keys.k.at(0).scalar_type() == torch::kBFloat16));
+  CHECK((keys.v.at(0).scalar_type() == torch::kBFloat16));
+  const double scale = fp32.abs().max().item<double>();
+  const double diff = (mixed - fp32).abs().max().item<double>();
+  CAPTURE(scale);
+  CAPTURE(diff);
+  CHECK(diff > 0);              // it did compute in bf16
+  CHECK(diff < 0.05 * scale);  // bf16 rounding, not a different function
+}

@@ -212,9 +212,9 @@ class AttentionImpl : public torch::nn::Module {
       k = kc->narrow(2, 0, past + T);
       v = vc->narrow(2, 0, past + T);
     }
-    // Under autocast the projections are in the compute dtype while the rotary products follow
-    // cos/sin (the weights' dtype), and a cache may hold a third: attention gets one dtype, the
-    // keys' (the cache's when there is one).
+    // Under autocast the projections and the rotary tables are in the compute dtype, but a q_norm
+    // (Qwen3) or a cache may hold another: attention gets one dtype, the keys' (the cache's when
+    // there is one).
     if (q.scalar_type() != k.scalar_type()) q = q.to(k.scalar_type());
     if (v.scalar_type() != k.scalar_type()) v = v.to(k.scalar_type());
     const bool causal = !mask.defined() && T > 1 && past == 0 && !kv.prefix_k.defined() && from == 0;
@@ -447,7 +447,14 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
   if (!pos.defined())
     pos = torch::arange(past, past + T, tokens.options().dtype(torch::kInt64)).unsqueeze(0).expand({B, T});
   auto [cos, sin] = rotary.cos_sin(pos);
-  const auto dt = dtype();
+  // The rotary tables in the compute dtype: under autocast the projections come out in the
+  // autocast dtype, and tables in the weights' fp32 would promote q and k back to fp32 (and the
+  // attention after them; issue "GPU I", A3). The angles are computed in fp32 either way.
+  auto dt = dtype();
+  const auto dev_type = tokens.device().type();
+  if (dt == torch::kFloat32 && (dev_type == at::kCPU || dev_type == at::kCUDA) &&
+      at::autocast::is_autocast_enabled(dev_type))
+    dt = at::autocast::get_autocast_dtype(dev_type);
   cos = cos.to(dt).unsqueeze(1);
   sin = sin.to(dt).unsqueeze(1);
   torch::Tensor mask;
