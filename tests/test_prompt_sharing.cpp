@@ -296,6 +296,15 @@ TEST_CASE("prompt sharing: ppo_update with sharing equals the update without (ol
   // Independently of the batching (padding, parts, row order): each sample alone.
   CHECK(max_diff_to_own_rows(r1, 3) < 2e-5);
   CHECK(s0.entropy == doctest::Approx(s1.entropy).epsilon(1e-4));
+
+  // The LM-head chunk (UpdateOptions::logprob_chunk; per device by default: 64 on the CPU, 512 on
+  // cuda) changes how many positions' logits are held at once, not the update.
+  CHECK(rl::logprob_chunk(0, false) == 64);
+  CHECK(rl::logprob_chunk(0, true) == 512);
+  CHECK(rl::logprob_chunk(7, true) == 7);
+  o.logprob_chunk = 3;  // several chunks per completion, and spans that straddle them
+  const auto r2 = run_update(samples, 3, o);
+  check_same_update(r1, r2, 3);
 }
 
 TEST_CASE("prompt sharing: units of very different prefix lengths run apart, a unit of one without a prefix") {

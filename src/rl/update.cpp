@@ -429,6 +429,7 @@ std::vector<std::vector<size_t>> chunks(const std::vector<size_t>& order, size_t
 model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const UpdateOptions& o) {
   AutocastGuard ac(o.autocast_bf16 && m->device().is_cuda());
   const double temperature = o.temperature > 0 ? o.temperature : 1.0;
+  const int64_t chunk = logprob_chunk(o.logprob_chunk, m->device().is_cuda());
   model::PrefixKV kv;
   if (b.shared) kv = model::prefix_keys_values(m, b.prefix_tokens, b.prefix_mask, b.prefix_hidden_from);
   std::vector<torch::Tensor> lps, ents;
@@ -442,12 +443,13 @@ model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const
         shared ? b.prefix_mask.narrow(1, part.prefix_drop, b.prefix_mask.size(1) - part.prefix_drop) : torch::Tensor();
     if (part.score.row.defined())
       lp = shared ? model::continue_logprobs(m, pkv, pmask, part.prefix_row, part.tokens, part.attention_mask, part.score,
-                                             temperature)
-                  : model::completion_logprobs(m, part.tokens, part.attention_mask, part.score, temperature);
+                                             temperature, chunk)
+                  : model::completion_logprobs(m, part.tokens, part.attention_mask, part.score, temperature, chunk);
     else
       lp = shared ? model::continue_logprobs(m, pkv, pmask, part.prefix_row, part.tokens, part.attention_mask,
-                                             part.completion_len, temperature)
-                  : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len, temperature);
+                                             part.completion_len, temperature, chunk)
+                  : model::completion_logprobs(m, part.tokens, part.attention_mask, part.completion_len, temperature,
+                                               chunk);
     const int64_t pad = b.completion_len - lp.logprobs.size(1);  // spans are at most C wide
     lps.push_back(pad ? torch::constant_pad_nd(lp.logprobs, {0, pad}) : lp.logprobs);
     ents.push_back(pad ? torch::constant_pad_nd(lp.entropy, {0, pad}) : lp.entropy);
@@ -591,6 +593,11 @@ void compute_new_logprob_means(model::Transformer& policy, std::vector<TrainSamp
                                const UpdateOptions& options) {
   fill_logprobs(policy, samples, all_indices(samples.size()), options,
                 [](TrainSample& s, const float* p, int64_t n) { s.new_logprob_mean = mean_of(p, n); });
+}
+
+int64_t logprob_chunk(int64_t configured, bool cuda) {
+  if (configured > 0) return configured;
+  return cuda ? 512 : 64;
 }
 
 std::map<int64_t, int64_t> segment_tokens(const std::vector<TrainSample>& samples) {

@@ -52,6 +52,9 @@ struct UpdateOptions {
   double temperature = 1.0;      ///< logits / T, as when sampling
   int64_t max_len = 512;         ///< L of constant_length (max_new_tokens)
   bool autocast_bf16 = false;    ///< bf16 autocast of the forward (CUDA only), fp32 master weights
+  /// Positions per LM-head chunk of the log-prob forwards (each chunk's [B, chunk, vocab] logits
+  /// recomputed in backward); 0: per device, logprob_chunk().
+  int64_t logprob_chunk = 0;
   uint64_t seed = 0;             ///< shuffles the samples of each epoch
   int64_t pad_id = 0;            ///< token used for padding (masked out)
   /// Prompt sharing (issue 19): the samples of a mini-batch whose contexts start with the same
@@ -95,6 +98,12 @@ struct UpdateStats {
   int64_t tokens_run = 0;  ///< token columns the training forwards ran: shared prefixes once, then the rows (padding included; this rank)
   std::vector<std::string> events;  ///< one line per skipped step
 };
+
+/// The LM-head chunk of the log-prob forwards: `configured` when > 0, else 512 positions on a
+/// CUDA device (fewer, larger kernels; a [64, 512, 151936] bf16 chunk is 10 GB, within an H200's
+/// memory beside a 1.5B model) and 64 on the CPU (a chunk's logits stay small in cache). Issue
+/// "GPU I", A3.
+int64_t logprob_chunk(int64_t configured, bool cuda);
 
 /// Trained tokens per segment id over `samples` (samples without tokens are not counted).
 std::map<int64_t, int64_t> segment_tokens(const std::vector<TrainSample>& samples);
