@@ -46,6 +46,12 @@ mkdir -p "$LOG"
 declare -A STATUS
 stage() { echo; echo "==== $1 ($(($(date +%s) - START)) s)"; }
 elapsed() { echo $(($(date +%s) - START)); }
+# Peak device memory over a stage: nvidia-smi sampled every 100 ms in the background while the
+# stage's process runs (read after it exits, the memory is already freed). MiB, the whole GPU.
+peak_start() { PEAK_FILE=$LOG/peak-$1.txt; : >"$PEAK_FILE"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$PEAK_FILE" 2>/dev/null & PEAK_PID=$!; }
+peak_stop() { kill "$PEAK_PID" 2>/dev/null; wait "$PEAK_PID" 2>/dev/null
+  sort -n "$PEAK_FILE" | awk 'NF { m = $1 } END { if (m != "") print "peak device memory " m " MiB (nvidia-smi, sampled every 100 ms)"; else print "peak device memory: not sampled" }'; }
 
 stage "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi: not available"
@@ -192,12 +198,14 @@ PY
   M15=/tmp/leap-gpu-qwen15
   if [ -x "$BUILD/bench_generate" ]; then
     [ -f "$M15/model.safetensors" ] || timeout $((STAGE_LIMITS[model] / 3)) "$BUILD/leap" model init --preset qwen2.5-1.5b-shape --out "$M15" >"$LOG/init15.log" 2>&1
+    peak_start generate
     timeout $((STAGE_LIMITS[model] * 2 / 3)) "$BUILD/bench_generate" "$M15" --device cuda --dtype bf16 --batch 1,16,64 --new-tokens 128 \
       --prompt-len 512 >"$LOG/generate.log" 2>&1
     rc=$?
+    PEAK=$(peak_stop)
     cat "$LOG/generate.log" | tail -6
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | head -1
-    STATUS[model]="rc $rc: $(grep -c tokens_per_s "$LOG/generate.log" 2>/dev/null || echo 0) batch sizes measured"
+    echo "$PEAK"
+    STATUS[model]="rc $rc: $(grep -c tokens_per_s "$LOG/generate.log" 2>/dev/null || echo 0) batch sizes measured; $PEAK"
   else
     STATUS[model]="not built"
   fi
@@ -206,12 +214,14 @@ PY
   # sharing against without, on quickstart-shaped samples (bench_update alternates the sides).
   stage "update at Qwen2.5-1.5B shapes, bf16, shared vs unshared prompts"
   if [ -x "$BUILD/bench_update" ]; then
+    peak_start update
     timeout "${STAGE_LIMITS[update]}" "$BUILD/bench_update" --preset qwen2.5-1.5b --device cuda --dtype bf16 \
       --checkpointing 1 --pairs 3 >"$LOG/update.log" 2>&1
     rc=$?
+    PEAK=$(peak_stop)
     tail -5 "$LOG/update.log"
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader 2>/dev/null | head -1
-    STATUS[update]="rc $rc: $(grep -o 'median [0-9.]* (min [0-9.]*, max [0-9.]*)' "$LOG/update.log" | head -1 || echo 'no ratio')"
+    echo "$PEAK"
+    STATUS[update]="rc $rc: $(grep -o 'median [0-9.]* (min [0-9.]*, max [0-9.]*)' "$LOG/update.log" | head -1 || echo 'no ratio'); $PEAK"
   else
     STATUS[update]="not built"
   fi
