@@ -44,21 +44,7 @@ std::string fmt_ms(double v) {
 /// random plus each set's last run.
 constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
 
-/// The CPU-time bound on a cpu candidate's reported times (see `measure` below): a job may use
-/// up to this factor x threads x its mean reported run time per run, plus this much CPU per job
-/// (ms), beyond what the same job costs with a no-op in place of the candidate. Measured here
-/// (2026-12-02): an honest job's CPU per run is 0.9-1.05x its mean reported time (naive matmul,
-/// 23 runs), and the job-to-job noise about +-0.6 ms (relu, 21 runs).
-constexpr double kCpuBoundFactor = 1.5;  // against the median reported time (what the speedup reads)
-constexpr double kCpuBoundSlackMs = 2.0;
-/// ... plus this fraction of the no-op job's CPU a run: what a job costs besides the candidate's
-/// calls (poisoning outputs, rewriting inputs, snapshots, a fresh process) is 15-80 us a run on
-/// the starter tasks and varies from job to job, so the no-op's cost subtracted from the
-/// candidate's job is uncertain (+-4% of a check job's CPU here). With the lower of two no-op jobs
-/// and a repeat of a check that trips (cpu_merge), 0.05 flagged no honest starter solution and 28
-/// of 29 forged 3x in a survey here (2026-12-02, docs/env.md "Timing"); 0.02 found no more and
-/// flagged an honest 1.8-us relu under `ctest -j 2` (4.5 us of CPU a run against 1.75 reported).
-constexpr double kCpuNoiseFraction = 0.05;
+// The CPU-time bound's constants and arithmetic: env/cpu_time_bound.hpp.
 
 /// The bound resolves a forged time only when the candidate's calls make up most of a job's CPU:
 /// with 23 runs of a 3-us kernel the slack alone is 87 us a run, so a time forged 5x passed. A
@@ -72,7 +58,7 @@ constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
 constexpr int kResolveMaxRuns = 4096;
 constexpr size_t kResolveSnapshotBytes = size_t(128) << 20;
 constexpr double kResolveReferenceMs = 250;
-/// Check results kept per verifier (Verifier::CpuCheck) before the table starts over.
+/// Check results kept per verifier (CpuUse) before the table starts over.
 constexpr size_t kMaxCpuChecks = 100000;
 
 /// Source of a no-op for `plan`'s kernels (cpu backend): each kernel a global symbol of that
@@ -581,50 +567,17 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     }
     return base;
   };
-  // The candidate's own CPU time per run in job `cand`: beyond what the no-op's job `base` used
-  // per run. Without a baseline (its CPU unreadable, the no-op not built or not run) the check
-  // fails closed: the job's whole CPU per run, overhead included; `why` says so.
-  auto cpu_use = [&](const RunOutcome& base, const RunOutcome& cand) {
-    CpuCheck use;
-    use.runs = static_cast<int>(cand.runs.size());
-    use.own_ms = cand.job_cpu_ms >= 0 && use.runs > 0 ? cand.job_cpu_ms / use.runs : -1;
-    use.job_ms = use.own_ms;
-    if (use.own_ms >= 0) {
-      if (noop && noop->ok && base.ok() && base.job_cpu_ms >= 0 && !base.runs.empty()) {
-        use.noop_ms = base.job_cpu_ms / static_cast<double>(base.runs.size());
-        use.own_ms -= use.noop_ms;
-      } else
-        use.why = " (no no-op baseline: " + (noop && noop->ok ? run_failure_text(base) : std::string("it did not compile")) + ")";
-    } else {
-      use.why = " (its CPU time could not be read)";
-      use.own_ms = std::numeric_limits<double>::infinity();
-    }
-    return use;
+  // The bound (env/cpu_time_bound.hpp): `reported` is the timing job's median reported time
+  // (what the speedup reads, so what is bounded); `use` the CPU of that job or of its CPU-time
+  // check job. Only where the reference runs on this CPU (the cpu backend).
+  const int threads = std::max(1, options_.threads);
+  auto cpu_use_of = [&](const RunOutcome& base, const RunOutcome& cand) {
+    return env::cpu_use(base, cand, noop && noop->ok, run_failure_text(base));
   };
-  // Two measurements of the same code combined. Machine noise only ever adds CPU (page faults,
-  // another process's memory traffic), so of the same run count the lower job and the lower
-  // no-op are kept (a noisy no-op must not lower the code's own CPU); else the lower own CPU.
-  auto cpu_merge = [](const CpuCheck& a, const CpuCheck& b) {
-    if (!b.why.empty() || !std::isfinite(b.own_ms)) return a;
-    if (!a.why.empty() || !std::isfinite(a.own_ms)) return b;
-    if (a.runs != b.runs) return a.own_ms <= b.own_ms ? a : b;
-    CpuCheck m = a;
-    m.job_ms = std::min(a.job_ms, b.job_ms);
-    m.noop_ms = std::min(a.noop_ms, b.noop_ms);
-    m.own_ms = m.job_ms - m.noop_ms;
-    return m;
+  auto cpu_over = [&](const CpuUse& use, double reported) {
+    return reference_on_device && env::cpu_over(use, reported, threads);
   };
-  // The bound: `reported` is the timing job's median reported time (what the speedup reads, so
-  // what is bounded); `use` the CPU of that job or of its CPU-time check job.
-  const double threads = std::max(1, options_.threads);
-  auto cpu_limit = [&](const CpuCheck& use, double reported) {
-    return kCpuBoundFactor * threads * reported + kCpuBoundSlackMs / std::max(1, use.runs) +
-           kCpuNoiseFraction * use.noop_ms;
-  };
-  auto cpu_over = [&](const CpuCheck& use, double reported) {
-    return reference_on_device && use.runs > 0 && !(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported));
-  };
-  auto cpu_bound = [&](const CpuCheck& use, double reported, double& cms) {
+  auto cpu_bound = [&](const CpuUse& use, double reported, double& cms) {
     if (!reference_on_device || use.runs <= 0) return;
     const double own = use.own_ms;
     const std::string& why = use.why;
@@ -637,7 +590,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     ok.suspicious = true;
     ok.details["cpu_bound"] = "the job used " + fmt_ms(own) + " ms of CPU per run against a reported median of " +
                               fmt_ms(reported) + " ms" + why;
-    if (std::isfinite(own)) cms = std::max(cms, own / threads);
+    if (std::isfinite(own)) cms = std::max(cms, own / static_cast<double>(threads));
     cpu_note = "\nnote: the timing job used " + fmt_ms(own) + " ms of CPU time per run beyond a no-op's" + why +
                ", against a median of " + fmt_ms(reported) + " ms reported by the timed calls: the code ran outside " +
                "its timed calls or altered the timer, so it is timed by its CPU time (" + fmt_ms(cms) + " ms) and flagged";
@@ -652,7 +605,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   // between two no-op jobs of the same count (the lower no-op counts: cpu_merge); `use` gets the
   // code's own CPU a run, `seconds` the wall time. A job that makes other than the runs it was
   // asked for changed the environment's run loop.
-  auto cpu_check = [&](bool strict, int n, CpuCheck& use, double& seconds) -> std::optional<EvalResult> {
+  auto cpu_check = [&](bool strict, int n, CpuUse& use, double& seconds) -> std::optional<EvalResult> {
     const auto start = std::chrono::steady_clock::now();
     const RunOutcome base = run_baseline(strict, n);
     TimingJob job;
@@ -677,7 +630,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     double unused_ms = 0;
     int unused_n = 0;
     if (auto bad = verify_job(job, unused_ms, unused_n)) return bad;
-    use = cpu_merge(cpu_use(base, job.run), cpu_use(run_baseline(strict, n), job.run));
+    use = cpu_merge(cpu_use_of(base, job.run), cpu_use_of(run_baseline(strict, n), job.run));
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::nullopt;
   };
@@ -707,7 +660,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     if (!strict) cand_launch_ms = job.run.launch_ms;
     const double reported = median(job.run.times_ms);
     const int main_runs = static_cast<int>(job.run.runs.size());
-    CpuCheck use = cpu_use(base, job.run);
+    CpuUse use = cpu_use_of(base, job.run);
     if (noop && noop->ok && reference_on_device) {
       // How many runs a CPU-time check job may make: kResolveMaxRuns, the snapshot memory, the
       // reference time the parent spends checking them.
@@ -741,7 +694,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
         // job here) is gone from the second; a forged time trips both.
         const int n_again = checks ? n_resolve : std::min(main_runs, max_check_runs);
         if (cpu_over(use, reported) && n_again > 0) {
-          CpuCheck again;
+          CpuUse again;
           if (auto bad = cpu_check(strict, n_again, again, check_s)) return bad;
           use = cpu_merge(use, again);
           ++checks;

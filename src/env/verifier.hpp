@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "env/backend.hpp"
+#include "env/cpu_time_bound.hpp"
 #include "env/device_lock.hpp"
 #include "env/task_runtime.hpp"
 #include "env/verdict.hpp"
@@ -70,19 +71,8 @@ class Verifier {
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;
   std::mutex reference_mutex_;
-  /// What a CPU-time measurement of a cpu candidate found (Verifier::evaluate's `cpu_use`;
-  /// docs/env.md "Timing"): its job's CPU a run (ms), the no-op job's CPU a run (ms, 0 when there
-  /// was none) and the difference, the code's own CPU a run, over `runs` runs; `why` is non-empty
-  /// when the check failed closed.
-  struct CpuCheck {
-    double own_ms = -1;
-    double job_ms = -1;
-    double noop_ms = 0;
-    int runs = 0;
-    std::string why;
-  };
   std::mutex cpu_checks_mutex_;
-  std::unordered_map<std::string, CpuCheck> cpu_checks_;  ///< by code, plan, task and threads
+  std::unordered_map<std::string, CpuUse> cpu_checks_;  ///< by code, plan, task and threads
   DeviceLock device_lock_;  // timing windows exclusive, correctness runs shared (env/device_lock.hpp)
 };
 

@@ -477,7 +477,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       if (fds.empty()) throw Error("no tensor memory was passed to the worker");
       // Populated at once (the parent wrote every page): a job's page faults, counted in its CPU
       // time, were most of what a run costs besides the code (54 -> 38 us a run, relu's 64-KB
-      // snapshots), and the CPU-time bound allows a share of that (verifier.cpp kCpuNoiseFraction).
+      // snapshots), and the CPU-time bound allows a share of that (env/cpu_time_bound.hpp kCpuNoiseFraction).
       base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fds[0], 0);
       if (base == MAP_FAILED) throw Error(std::string("worker mmap: ") + std::strerror(errno));
       close(fds[0]);  // mapped: the code need not find the memfd among its fds

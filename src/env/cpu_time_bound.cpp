@@ -1,0 +1,49 @@
+// The CPU-time bound's arithmetic; see env/cpu_time_bound.hpp.
+#include "env/cpu_time_bound.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace leap::env {
+
+CpuUse cpu_use(const RunOutcome& base, const RunOutcome& cand, bool noop_built, const std::string& base_failure) {
+  CpuUse use;
+  use.runs = static_cast<int>(cand.runs.size());
+  use.own_ms = cand.job_cpu_ms >= 0 && use.runs > 0 ? cand.job_cpu_ms / use.runs : -1;
+  use.job_ms = use.own_ms;
+  if (use.own_ms >= 0) {
+    if (noop_built && base.ok() && base.job_cpu_ms >= 0 && !base.runs.empty()) {
+      use.noop_ms = base.job_cpu_ms / static_cast<double>(base.runs.size());
+      use.own_ms -= use.noop_ms;
+    } else {
+      use.why = " (no no-op baseline: " + (noop_built ? base_failure : std::string("it did not compile")) + ")";
+    }
+  } else {
+    use.why = " (its CPU time could not be read)";
+    use.own_ms = std::numeric_limits<double>::infinity();
+  }
+  return use;
+}
+
+CpuUse cpu_merge(const CpuUse& a, const CpuUse& b) {
+  if (!b.why.empty() || !std::isfinite(b.own_ms)) return a;
+  if (!a.why.empty() || !std::isfinite(a.own_ms)) return b;
+  if (a.runs != b.runs) return a.own_ms <= b.own_ms ? a : b;
+  CpuUse m = a;
+  m.job_ms = std::min(a.job_ms, b.job_ms);
+  m.noop_ms = std::min(a.noop_ms, b.noop_ms);
+  m.own_ms = m.job_ms - m.noop_ms;
+  return m;
+}
+
+double cpu_limit(const CpuUse& use, double reported, int threads) {
+  return kCpuBoundFactor * std::max(1, threads) * reported + kCpuBoundSlackMs / std::max(1, use.runs) +
+         kCpuNoiseFraction * use.noop_ms;
+}
+
+bool cpu_over(const CpuUse& use, double reported, int threads) {
+  return use.runs > 0 && !(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported, threads));
+}
+
+}  // namespace leap::env

@@ -1,0 +1,58 @@
+#pragma once
+// The CPU-time bound on a cpu candidate's reported times (docs/env.md "Timing"; issue
+// "Environment V"): the parent reads a timing job's CPU time from outside the worker
+// (RunOutcome::job_cpu_ms) and subtracts what the same job costs with a no-op in place of the
+// candidate; what is left per run is the candidate's own CPU time. When it exceeds what the
+// reported times allow, those times are not the code's (it ran outside its timed calls, or
+// altered the timer): the verifier times the candidate by its CPU time and flags the result.
+// Pure arithmetic, no torch; Verifier::evaluate runs the jobs.
+#include <string>
+
+#include "env/backend.hpp"
+
+namespace leap::env {
+
+/// The bound's factor: a job may use up to this x threads x its median reported run time per run,
+/// beyond the no-op job. Measured here (2026-12-02): an honest job's CPU per run is 0.9-1.05x its
+/// mean reported time (naive matmul, 23 runs).
+inline constexpr double kCpuBoundFactor = 1.5;
+/// ... plus this much CPU per job (ms): the job-to-job noise was about +-0.6 ms (relu, 21 runs).
+inline constexpr double kCpuBoundSlackMs = 2.0;
+/// ... plus this fraction of the no-op job's CPU a run: what a job costs besides the candidate's
+/// calls (poisoning outputs, rewriting inputs, snapshots, a fresh process) is 15-80 us a run on
+/// the starter tasks and varies from job to job (+-4% of a check job's CPU here). With the lower
+/// of two no-op jobs and a repeat of a check that trips (cpu_merge), 0.05 flagged no honest
+/// starter solution and 28 of 29 forged 3x in a survey here (2026-12-02); 0.02 found no more and
+/// flagged an honest 1.8-us relu under `ctest -j 2`.
+inline constexpr double kCpuNoiseFraction = 0.05;
+
+/// What a CPU-time measurement of one job (or two merged) found.
+struct CpuUse {
+  double own_ms = -1;  ///< the candidate's own CPU a run (ms): job_ms - noop_ms; +inf when unreadable
+  double job_ms = -1;  ///< the candidate job's CPU a run (ms)
+  double noop_ms = 0;  ///< the no-op job's CPU a run (ms); 0 when there was none
+  int runs = 0;        ///< runs the candidate's job made
+  std::string why;     ///< non-empty when the check failed closed (no baseline, CPU unreadable)
+};
+
+/// The candidate's own CPU a run in job `cand`, beyond the no-op job `base` (when `noop_built`
+/// and `base` ran with a readable CPU time). Without a baseline the check fails closed: the
+/// whole job's CPU a run counts, and `why` says so; with the candidate's CPU unreadable, own_ms
+/// is +inf. `base_failure` is what to say when the no-op was built but its job did not run.
+CpuUse cpu_use(const RunOutcome& base, const RunOutcome& cand, bool noop_built, const std::string& base_failure);
+
+/// Two measurements of the same code combined. Machine noise only ever adds CPU (page faults,
+/// another process's memory traffic), so of the same run count the lower job and the lower no-op
+/// are kept (a noisy no-op must not lower the code's own CPU); else the lower own CPU. A
+/// measurement that failed closed gives way to one that did not.
+CpuUse cpu_merge(const CpuUse& a, const CpuUse& b);
+
+/// The most own CPU a run (ms) that `reported` (the median reported run time, ms) allows with
+/// `threads` threads: kCpuBoundFactor x threads x reported + kCpuBoundSlackMs / runs +
+/// kCpuNoiseFraction x noop_ms.
+double cpu_limit(const CpuUse& use, double reported, int threads);
+
+/// True when `use` (of a job that made runs) is over cpu_limit, or not finite.
+bool cpu_over(const CpuUse& use, double reported, int threads);
+
+}  // namespace leap::env

@@ -1,0 +1,66 @@
+// The CPU-time bound's arithmetic (env/cpu_time_bound.hpp), on hand-worked jobs: the candidate's
+// own CPU beyond a no-op job, failing closed without a baseline, merging two measurements, and
+// the limit a reported time allows.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "env/cpu_time_bound.hpp"
+
+using namespace leap::env;
+
+namespace {
+
+RunOutcome job(double cpu_ms, int runs, Verdict v = Verdict::correct) {
+  RunOutcome o;
+  o.verdict = v;
+  o.job_cpu_ms = cpu_ms;
+  for (int r = 0; r < runs; ++r) o.runs.push_back(r);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("env cpu-time bound: own CPU beyond the no-op, failing closed, merging, and the limit") {
+  // 10 ms of CPU over 5 runs, against a no-op job of 1 ms over 5 runs: 2.0 - 0.2 = 1.8 ms a run.
+  CpuUse u = cpu_use(job(1.0, 5), job(10.0, 5), true, "unused");
+  CHECK(u.runs == 5);
+  CHECK(u.job_ms == doctest::Approx(2.0));
+  CHECK(u.noop_ms == doctest::Approx(0.2));
+  CHECK(u.own_ms == doctest::Approx(1.8));
+  CHECK(u.why.empty());
+  // No baseline: the whole job's CPU counts, and the reason is kept.
+  CpuUse closed = cpu_use(job(1.0, 5), job(10.0, 5), false, "unused");
+  CHECK(closed.own_ms == doctest::Approx(2.0));
+  CHECK(closed.why.find("it did not compile") != std::string::npos);
+  CpuUse failed = cpu_use(job(1.0, 5, Verdict::runtime_error), job(10.0, 5), true, "runtime error: boom");
+  CHECK(failed.own_ms == doctest::Approx(2.0));
+  CHECK(failed.why.find("runtime error: boom") != std::string::npos);
+  // The candidate's CPU unreadable: infinite, so always over the bound.
+  CpuUse unread = cpu_use(job(1.0, 5), job(-1, 5), true, "unused");
+  CHECK(std::isinf(unread.own_ms));
+  CHECK(cpu_over(unread, 1000.0, 1));
+
+  // Merging: of the same run count, the lower job and the lower no-op.
+  CpuUse a{1.5, 2.0, 0.5, 5, ""}, b{2.5, 2.7, 0.2, 5, ""};
+  CpuUse m = cpu_merge(a, b);
+  CHECK(m.job_ms == doctest::Approx(2.0));
+  CHECK(m.noop_ms == doctest::Approx(0.2));
+  CHECK(m.own_ms == doctest::Approx(1.8));
+  // Different run counts: the lower own CPU; a failed-closed measurement gives way.
+  CpuUse c{1.0, 1.1, 0.1, 9, ""};
+  CHECK(cpu_merge(a, c).own_ms == doctest::Approx(1.0));
+  CHECK(cpu_merge(closed, a).own_ms == doctest::Approx(1.5));
+  CHECK(cpu_merge(a, unread).own_ms == doctest::Approx(1.5));
+
+  // The limit: 1.5 x threads x reported + 2 ms / runs + 0.05 x no-op.
+  CpuUse v{0, 0, 0.4, 4, ""};
+  CHECK(cpu_limit(v, 1.0, 2) == doctest::Approx(1.5 * 2 * 1.0 + 2.0 / 4 + 0.05 * 0.4));
+  v.own_ms = 3.5;
+  CHECK_FALSE(cpu_over(v, 1.0, 2));
+  v.own_ms = 3.53;
+  CHECK(cpu_over(v, 1.0, 2));
+  v.runs = 0;  // a job without runs bounds nothing
+  CHECK_FALSE(cpu_over(v, 1.0, 2));
+}
