@@ -99,6 +99,18 @@ torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor&
   return torch::from_blob(buf.data(i), t.shape, torch::TensorOptions().dtype(st)).clone();
 }
 
+/// Runs a worker job and, when its reply is an infra_error (the device was out of memory: not the
+/// answer's doing; docs/env.md "Infrastructure errors"), runs it once more. `attempt(k)` makes
+/// try k (0, then 1) from a fresh start; `retries` counts the second tries. Returns the last
+/// try's outcome.
+template <class Attempt>
+RunOutcome retry_once_on_infra(Attempt&& attempt, int& retries) {
+  RunOutcome r = attempt(0);
+  if (r.verdict != Verdict::infra_error) return r;
+  ++retries;
+  return attempt(1);
+}
+
 std::string run_failure_text(const RunOutcome& r) {
   switch (r.verdict) {
     case Verdict::launch_error: return "launch error: " + r.message;
@@ -289,16 +301,14 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     SharedBuffers buf(bound.tensors);
     for (size_t i = 0; i < n_in; ++i) write_tensor(buf, i, inputs[i]);
     for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
-    RunOutcome run;
-    for (int attempt = 0;; ++attempt) {
-      {
-        std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
-        run = pool_->run(comp.artifact, bound, buf, RunRequest{});  // defaults: no warm-up, one run
-      }
-      if (run.verdict != Verdict::infra_error || attempt == 1) break;
-      ++infra_retries;  // the device was out of memory: once more, from poisoned outputs again
-      for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
-    }
+    const RunOutcome run = retry_once_on_infra(
+        [&](int attempt) {
+          if (attempt)  // once more, from poisoned outputs again
+            for (size_t j = 0; j < n_out; ++j) prefill_output(buf, n_in + j, bound.tensors[n_in + j]);
+          std::shared_lock<DeviceLock> shared(device_lock_);  // correctness runs share the device
+          return pool_->run(comp.artifact, bound, buf, RunRequest{});  // defaults: no warm-up, one run
+        },
+        infra_retries);
     const std::string when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(options_.seeds) +
                              " (inputs: " + inputs_text(task, s) + ")";
     if (run.verdict == Verdict::infra_error) return infra(run.message + " (twice) [" + when + "]");
@@ -500,11 +510,8 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
       for (int r = 0; r < R; ++r)
         for (size_t i = 0; i < n_in; ++i)
           write_tensor(rbuf, static_cast<size_t>(rotations[static_cast<size_t>(r)][i]), set_inputs[static_cast<size_t>(r)][i]);
-      RunOutcome run = pool_->run(comp.artifact, rplan, rbuf, rreq);  // (inside the caller's timing window)
-      if (run.verdict == Verdict::infra_error) {  // out of device memory: once more
-        ++infra_retries;
-        run = pool_->run(comp.artifact, rplan, rbuf, rreq);
-      }
+      const RunOutcome run = retry_once_on_infra(  // (inside the caller's timing window)
+          [&](int) { return pool_->run(comp.artifact, rplan, rbuf, rreq); }, infra_retries);
       if (run.ok() && !run.times_ms.empty()) {
         ms = median(run.times_ms);
         n = static_cast<int>(run.times_ms.size());
@@ -560,12 +567,12 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     RunOutcome base;
     if (!noop || !noop->ok) return base;  // (set on the cpu backend only)
     std::shared_lock<DeviceLock> shared(device_lock_);  // like a correctness run: never inside a timing window
-    for (int attempt = 0; attempt < 2; ++attempt) {  // an infra_error (out of memory) is retried once
-      TimingJob job = prepare_job(strict, fixed_runs);
-      base = pool_->run(noop->artifact, job.plan, *job.buf, job.request);
-      if (base.verdict != Verdict::infra_error) break;
-    }
-    return base;
+    return retry_once_on_infra(
+        [&](int) {
+          TimingJob job = prepare_job(strict, fixed_runs);
+          return pool_->run(noop->artifact, job.plan, *job.buf, job.request);
+        },
+        infra_retries);
   };
   // The bound (env/cpu_time_bound.hpp): `reported` is the timing job's median reported time
   // (what the speedup reads, so what is bounded); `use` the CPU of that job or of its CPU-time
@@ -609,13 +616,14 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
     const auto start = std::chrono::steady_clock::now();
     const RunOutcome base = run_baseline(strict, n);
     TimingJob job;
-    for (int attempt = 0; attempt < 2; ++attempt) {  // an infra_error (out of memory) is retried once
-      if (attempt) ++infra_retries;
-      job = prepare_job(strict, n);
-      std::shared_lock<DeviceLock> shared(device_lock_);
-      job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
-      if (job.run.verdict != Verdict::infra_error) break;
-    }
+    retry_once_on_infra(
+        [&](int) {
+          job = prepare_job(strict, n);
+          std::shared_lock<DeviceLock> shared(device_lock_);
+          job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+          return job.run;
+        },
+        infra_retries);
     if (job.run.verdict == Verdict::infra_error)
       return infra(job.run.message + " (twice) [during the CPU-time check runs, after passing the correctness checks]");
     if (job.run.ok()) {  // every run it was asked for, in order: none left unchecked
@@ -637,19 +645,20 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
 
   auto measure = [&](bool strict, double& cms, int& cn, double& rms, int& rn) -> std::optional<EvalResult> {
     const RunOutcome base = run_baseline(strict);
-    TimingJob job = prepare_job(strict);
+    TimingJob job = prepare_job(strict);  // outside the window
     std::optional<std::string> reference_error;
     {
       std::lock_guard<DeviceLock> window(device_lock_);
       // Worker start-ups (replacements of retired workers, in the background) finish first: the
       // window's measurements do not share the CPU with them.
       pool_->wait_for_starts();
-      job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
-      if (job.run.verdict == Verdict::infra_error) {
-        ++infra_retries;
-        job = prepare_job(strict);
-        job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
-      }
+      retry_once_on_infra(
+          [&](int attempt) {
+            if (attempt) job = prepare_job(strict);
+            job.run = pool_->run(comp.artifact, job.plan, *job.buf, job.request);
+            return job.run;
+          },
+          infra_retries);
       pool_->wait_for_starts();  // the timing job's worker was replaced in the background
       if (job.run.ok()) reference_error = time_reference(rms, rn);
     }
