@@ -26,6 +26,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "env/fd_socket.hpp"
 #include "env/forker.hpp"
 #include "env/reply_check.hpp"
 #include "env/timing_schedule.hpp"
@@ -62,25 +63,7 @@ constexpr size_t kMaxJobFds = 2;  // the tensor memfd and the artifact's file
 
 bool send_frame(int sock, const std::string& body, const std::vector<int>& attach = {}) {
   uint64_t len = body.size();
-  iovec iov{&len, sizeof len};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxJobFds)];
-  if (!attach.empty()) {
-    std::memset(ctrl, 0, sizeof ctrl);
-    msg.msg_control = ctrl;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * attach.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * attach.size());
-    std::memcpy(CMSG_DATA(c), attach.data(), sizeof(int) * attach.size());
-  }
-  ssize_t w;
-  do {
-    w = sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (w < 0 && errno == EINTR);
+  const ssize_t w = send_with_fds(sock, &len, sizeof len, attach, kMaxJobFds);
   if (w < 0) return false;
   if (static_cast<size_t>(w) < sizeof len &&
       !send_all(sock, reinterpret_cast<const char*>(&len) + w, sizeof len - static_cast<size_t>(w)))
@@ -105,21 +88,13 @@ bool await_go(int sock) {
 }
 
 // Waits for readability until `deadline` (none if `timed` is false).
-Recv wait_readable(int sock, bool timed, Clock::time_point deadline) {
-  for (;;) {
-    int ms = -1;
-    if (timed) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return Recv::timeout;
-      ms = static_cast<int>(std::min<long long>(left, 1 << 30));
-    }
-    pollfd p{sock, POLLIN, 0};
-    int r = poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Recv::error;
-    if (r == 0) continue;  // re-check the deadline
-    return Recv::ok;       // readable, or hung up (recv will return 0)
+Recv wait_for_frame(int sock, bool timed, Clock::time_point deadline) {
+  switch (wait_readable(sock, timed, deadline)) {
+    case Readable::yes: return Recv::ok;  // readable, or hung up (recv will return 0)
+    case Readable::timeout: return Recv::timeout;
+    case Readable::error: break;
   }
+  return Recv::error;
 }
 
 /// The CPU time of process `pid` (all its threads, live and exited) in ms, with the kernel's
@@ -157,33 +132,12 @@ ProcessUse process_use(pid_t pid, int64_t tensor_bytes) {
 
 Recv recv_exact(int sock, char* p, size_t n, bool timed, Clock::time_point deadline, std::vector<int>* fd_out) {
   while (n > 0) {
-    Recv w = wait_readable(sock, timed, deadline);
+    Recv w = wait_for_frame(sock, timed, deadline);
     if (w != Recv::ok) return w;
-    iovec iov{p, n};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxJobFds)];
-    if (fd_out) {
-      msg.msg_control = ctrl;
-      msg.msg_controllen = sizeof ctrl;
-    }
-    ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Recv::error;
-    }
+    const ssize_t r = recv_with_fds(sock, p, n, fd_out, kMaxJobFds);
+    if (r < 0) return Recv::error;
     if (r == 0) return Recv::eof;
-    if (fd_out) {
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-          for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            fd_out->push_back(fd);
-          }
-      fd_out = nullptr;  // only the first chunk carries it
-    }
+    fd_out = nullptr;  // only the first chunk carries descriptors
     p += r;
     n -= static_cast<size_t>(r);
   }
@@ -308,7 +262,7 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
   for (;;) {
     auto until = std::min(Clock::now() + std::chrono::milliseconds(50), wall_cap);
     if (body_deadline) until = std::min(until, *body_deadline);
-    const Recv w = wait_readable(sock, true, until);
+    const Recv w = wait_for_frame(sock, true, until);
     if (w == Recv::ok) {
       const Recv s = reader.step(sock, kMaxReplyBytes);
       if (s == Recv::ok) {

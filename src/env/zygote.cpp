@@ -23,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "env/fd_socket.hpp"
 #include "env/forker.hpp"
 #include "env/sandbox_child.hpp"
 #include "env/worker_process.hpp"
@@ -45,66 +46,18 @@ constexpr size_t kMaxPacket = 1 << 20;
 constexpr int kMaxFds = 4;
 
 bool send_packet(int sock, const std::string& body, const std::vector<int>& fds) {
-  iovec iov{const_cast<char*>(body.data()), body.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxFds)];
-  if (!fds.empty()) {
-    std::memset(ctrl, 0, sizeof ctrl);
-    msg.msg_control = ctrl;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  ssize_t w;
-  do {
-    w = sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (w < 0 && errno == EINTR);
-  return w == static_cast<ssize_t>(body.size());
+  return send_with_fds(sock, body.data(), body.size(), fds, kMaxFds) == static_cast<ssize_t>(body.size());
 }
 
 // Receives one packet; false on EOF, error or timeout (timeout_ms < 0: none).
 bool recv_packet(int sock, std::string& body, std::vector<int>& fds, int timeout_ms) {
-  if (timeout_ms >= 0) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      pollfd p{sock, POLLIN, 0};
-      int r = poll(&p, 1, static_cast<int>(left));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      break;
-    }
-  }
+  if (timeout_ms >= 0 && wait_readable(sock, true, Clock::now() + std::chrono::milliseconds(timeout_ms)) != Readable::yes)
+    return false;
   body.resize(kMaxPacket);
-  iovec iov{body.data(), body.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxFds)];
-  msg.msg_control = ctrl;
-  msg.msg_controllen = sizeof ctrl;
-  ssize_t r;
-  do {
-    r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  } while (r < 0 && errno == EINTR);
+  fds.clear();
+  const ssize_t r = recv_with_fds(sock, body.data(), body.size(), &fds, kMaxFds);
   if (r <= 0) return false;
   body.resize(static_cast<size_t>(r));
-  fds.clear();
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < n; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        fds.push_back(fd);
-      }
-    }
   return true;
 }
 
@@ -113,17 +66,9 @@ bool read_until_eof(int fd, std::string& out, size_t max_bytes, bool* truncated,
                     bool timed) {
   char buf[8192];
   for (;;) {
-    int ms = -1;
-    if (timed) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
-      ms = static_cast<int>(std::min<long long>(left, 1 << 30));
-    }
-    pollfd p{fd, POLLIN, 0};
-    int r = poll(&p, 1, ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return true;
-    if (r == 0) continue;
+    const Readable w = wait_readable(fd, timed, deadline);
+    if (w == Readable::timeout) return false;
+    if (w == Readable::error) return true;
     ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return true;
