@@ -36,6 +36,7 @@ Exit status: 0 (some or no problems skipped), 2 bad usage, 4 torch missing.
 """
 import argparse
 import ast
+import contextlib
 import hashlib
 import inspect
 import json
@@ -58,9 +59,12 @@ except ImportError as e:  # the C++ command turns exit 4 into a clear message
     sys.stderr.write(f"kernelbench_import: cannot import torch ({e}); run scripts/setup.sh or set LEAP_PYTHON\n")
     sys.exit(4)
 
-IMPORTER_VERSION = 7  # part of the resume key; see still_current() for what older versions keep
+IMPORTER_VERSION = 8  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
+# --timeout by level when not given: level 3's networks (224 x 224 inputs, recurrent nets of
+# hundreds of steps) need longer checking runs than single operators
+LEVEL_TIMEOUT = {1: 300, 2: 300, 3: 900}
 GIB = 1024 ** 3
 BASE_BYTES = 0.6 * GIB          # an interpreter with torch loaded
 FLOPS_PER_S = 1.5e10            # rough one-core fp32 rates for the size search (the cpu sizes are then measured)
@@ -667,16 +671,18 @@ def weight_rule(w):
     ("normal", mean, std) when the values pass a Kolmogorov-Smirnov fit, else ("file",)."""
     if not w.is_floating_point() or w.dtype not in (torch.float32, torch.float64) or w.numel() == 0:
         return ("file",)
-    x = w.double().flatten()
-    lo, hi = float(x.min()), float(x.max())
+    flat = w.detach().flatten()
+    lo, hi = float(flat.min()), float(flat.max())
     if lo == hi:
         return ("normal", lo, 0.0)
-    if bool((x == x.round()).all()):  # integer-valued (masks, arange, identities): structure, kept
+    head = flat[:1 << 16]
+    if bool((head == head.round()).all()) and bool((flat == flat.round()).all()):
+        return ("file",)  # integer-valued (masks, arange, identities): structure, kept
+    if flat.numel() < 16:
         return ("file",)
-    if x.numel() < 16:
-        return ("file",)
-    if x.numel() > 1 << 20:
-        x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(0))[:1 << 20]]
+    if flat.numel() > 1 << 20:  # a sample (a 4 GB parameter would otherwise be copied to fp64 whole)
+        flat = flat[torch.randint(flat.numel(), (1 << 20,), generator=torch.Generator().manual_seed(0))]
+    x = flat.double()
     n = x.numel()
     crit = 0.01 + 1.63 / math.sqrt(n)
     width = hi - lo
@@ -778,18 +784,147 @@ class _Rescale(Exception):
         self.factor = factor
 
 
+class _GpuOnly(Exception):
+    """The CPU checks cannot run the problem at sizes that can be trusted at KernelBench's (too
+    large or too slow there, and no scaled sizes hold): import it at KernelBench's sizes only, for
+    the GPU, with `reason` (the task gets `sizes_cpu: none`)."""
+
+    def __init__(self, reason, meta=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.meta = meta
+
+
 def convert(level, pid, path, out_dir, o):
     """Writes one task folder; returns (task, info). Raises Skip with the reason."""
+    factor = 1.0
     try:
-        return convert_at(level, pid, path, out_dir, o, 1.0)
-    except _Rescale as r:
-        task, info = convert_at(level, pid, path, out_dir, o, r.factor)
-        info["slow_factor"] = round(r.factor, 1)
-        return task, info
+        try:
+            return convert_at(level, pid, path, out_dir, o, factor)
+        except _Rescale as r:
+            factor = r.factor
+            task, info = convert_at(level, pid, path, out_dir, o, factor)
+            info["slow_factor"] = round(factor, 1)
+            return task, info
+    except _GpuOnly as g:
+        try:
+            return convert_at(level, pid, path, out_dir, o, factor, gpu_only=g.reason, meta=g.meta)
+        except _GpuOnly as g2:  # the CPU run at KernelBench's sizes was slower than estimated
+            return convert_at(level, pid, path, out_dir, o, factor, gpu_only=g2.reason, meta=g2.meta)
 
 
-def convert_at(level, pid, path, out_dir, o, factor):
-    """convert() with the time estimates multiplied by `factor`."""
+RANDOM_OPS = re.compile(r"^aten\.(rand|randn|randint|randperm|bernoulli|multinomial|normal|uniform|exponential|"
+                        r"geometric|cauchy|log_normal|poisson|native_dropout|random)(_like)?_?\b")
+
+
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    """The names of the ATen ops a forward runs (on the meta device: no values needed)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        self.names.add(str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def lean_checks(T, state):
+    """The run checks of a problem imported for the GPU only, from one forward (on the meta device
+    or the CPU): it draws no random numbers, writes none of its inputs or parameters/buffers
+    (version counters), and returns tensors. Returns the outputs; raises Skip."""
+    versions = [t._version for t in T.tensors] + [v._version for v in state.values()]
+    ops = _Ops()
+    with torch.no_grad(), ops:
+        out = flat_outputs(T.call(list(T.tensors), dict(state)))
+    rnd = sorted(n for n in ops.names if RANDOM_OPS.match("aten." + n.split("aten.")[-1]))
+    if rnd:
+        raise Skip(f"forward is not deterministic: it draws random numbers ({', '.join(rnd[:3])})")
+    for i, t in enumerate(T.tensors):
+        if t._version != versions[i]:
+            raise Skip(f"forward modifies its input '{T.names[T.tensor_idx[i]]}' in place")
+    if any(v._version != versions[len(T.tensors) + j] for j, v in enumerate(state.values())):
+        raise Skip("forward updates its own buffers")
+    return out
+
+
+def meta_tensor_constants(traced):
+    """Names of tensors the trace holds as constants on the meta device (attributes of the Model
+    that are neither parameters nor buffers, captured by value): such a trace has no values."""
+    found = []
+    for sub in [traced] + [m for _, m in traced.named_modules()][1:]:
+        try:
+            g = sub.forward.graph
+        except (AttributeError, RuntimeError):
+            continue
+        for c in g.findAllNodes("prim::Constant", True):
+            if c.output().type().kind() == "TensorType" and c.hasAttribute("value") and c.kindOf("value") == "t" \
+                    and c.t("value").device.type == "meta":
+                found.append(str(c.output().debugName()))
+    return found
+
+
+class meta_tracing:
+    """Lets torch.jit.trace run on meta tensors: the Python meta kernels' shape helpers (convolution's
+    output shape, ...) read sizes that the tracer turns into tensors ("cond must be a bool"); they
+    run with the tracing state suspended (they compute shapes only: nothing of theirs belongs in
+    the trace)."""
+
+    def __enter__(self):
+        import torch._meta_registrations as mr
+        self.mr, self.saved = mr, {}
+        for name, f in list(vars(mr).items()):
+            if callable(f) and not isinstance(f, type) and "shape" in name and getattr(f, "__module__", "") == mr.__name__:
+                self.saved[name] = f
+                setattr(mr, name, self._untraced(f))
+        return self
+
+    @staticmethod
+    def _untraced(f):
+        def g(*a, **k):
+            state = torch._C._get_tracing_state()
+            torch._C._set_tracing_state(None)
+            try:
+                return f(*a, **k)
+            finally:
+                torch._C._set_tracing_state(state)
+        return g
+
+    def __exit__(self, *exc):
+        for name, f in self.saved.items():
+            setattr(self.mr, name, f)
+
+
+def rules_by_module(P, seed):
+    """Fit rules of the parameters of a Model too large to build on the CPU whole: each module's
+    own parameters are made on the CPU (to_empty), initialised by its reset_parameters() under
+    `seed`, fitted and freed, one module at a time. Returns {name: rule}; raises Skip when a
+    parameter or buffer has no reset_parameters() to make it."""
+    rules = {}
+    torch.manual_seed(seed)
+    for mname, m in P.model.named_modules():
+        own = list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
+        if not own:
+            continue
+        if not hasattr(m, "reset_parameters"):
+            raise Skip(f"its parameters ({gib(sum(nbytes(v) for v in P.state.values()))}) are over the budget to "
+                       f"build on the CPU, and '{mname or 'Model'}' ({type(m).__name__}) has no reset_parameters() "
+                       f"to make them one module at a time")
+        m.to_empty(device="cpu", recurse=False)
+        with torch.no_grad():
+            m.reset_parameters()
+        for n, v in own:
+            k = f"{mname}.{n}" if mname else n
+            rules[k] = weight_rule(getattr(m, n))
+        m.to_empty(device="meta", recurse=False)
+    return rules
+
+
+def convert_at(level, pid, path, out_dir, o, factor, gpu_only=None, meta=None):
+    """convert() with the time estimates multiplied by `factor`. With `gpu_only` (the reason), the
+    problem is imported at KernelBench's sizes only, for the GPU (no cpu sizes): traced on the CPU
+    when its runs fit the budget and the timeout there, else (`meta`) on the meta device with its
+    shapes checked."""
     if level == 4:
         raise Skip("level 4 problems need Hugging Face model downloads (out of scope)")
     src = open(path, encoding="utf-8").read()
@@ -817,7 +952,17 @@ def convert_at(level, pid, path, out_dir, o, factor):
             (o.timeout <= 0 or runs * factor * est_seconds(a) <= 0.01 * o.timeout)
 
     trace_over = None
-    if full_a is not None:
+    if gpu_only is not None:
+        if full_a is None:
+            raise Skip(f"{gpu_only}; and it cannot be analysed on the meta device to import it for the GPU "
+                       f"({info['meta']})")
+        # traced once on the CPU at KernelBench's sizes when memory allows and three forwards (run,
+        # trace, trace check) fit half the timeout; else on the meta device, shapes checked
+        if meta is None:
+            meta = need_bytes(full_a) > 0.6 * budget or \
+                (o.timeout > 0 and 3 * factor * est_seconds(full_a) > 0.5 * o.timeout)
+        info["gpu_only"] = gpu_only
+    elif full_a is not None:
         if not fits_budget(full_a):
             vals = {d for sh in dims_of(full_a) for d in sh}
             derived = any(v in vals for k, v in full_a["ints"].items() if k not in base)
@@ -825,9 +970,10 @@ def convert_at(level, pid, path, out_dir, o, factor):
             found = shrink_search(path, src, base, full_a, seed, fits_scaled, literals=literals, frozen=fz) or \
                 shrink_search(path, src, base, full_a, seed, fits_budget, literals=literals, frozen=fz)
             if found is None:
-                raise Skip(f"needs about {gib(need_bytes(full_a))} and {runs * factor * est_seconds(full_a):.0f} s "
-                           f"(estimated) at KernelBench's sizes, over 60% of the {o.memory_gb:g} GiB budget or 15% "
-                           f"of the {o.timeout:g} s timeout, and no smaller values of its size symbols fit")
+                raise _GpuOnly(f"needs about {gib(need_bytes(full_a))} and {runs * factor * est_seconds(full_a):.0f} s "
+                               f"(estimated) for the CPU checks at KernelBench's sizes, over 60% of the "
+                               f"{o.memory_gb:g} GiB budget or 15% of the {o.timeout:g} s timeout, and no smaller "
+                               f"values of its size symbols fit")
             trace_over = found[0]
     else:  # no meta run: judge by the inputs and weights alone (those run on meta in nearly all problems)
         try:
@@ -840,8 +986,10 @@ def convert_at(level, pid, path, out_dir, o, factor):
         if rough > 0.6 * budget:
             raise Skip(f"needs about {gib(rough)} at KernelBench's sizes (over the {o.memory_gb:g} GiB budget) and "
                        f"cannot be analysed on the meta device to scale it ({info['meta']})")
-    T = Problem(path, src, trace_over, seed, record=True)
+    T = Problem(path, src, trace_over, seed, device="meta" if meta else "cpu", record=True)
     info["traced_at"] = "kernelbench" if trace_over is None else "scaled"
+    if meta:
+        info["traced_at"] = "kernelbench (meta device)"
     if T.batch_norms:
         info["batch_norm"] = T.batch_norms
 
@@ -849,47 +997,57 @@ def convert_at(level, pid, path, out_dir, o, factor):
     # (judged on KernelBench's values when only the inputs were too large: small scaled weights
     # would not pass the fit)
     W = T
-    if trace_over is not None and full_a is not None and full_a["w_bytes"] <= 0.2 * budget:
+    if (trace_over is not None or meta) and full_a is not None and full_a["w_bytes"] <= 0.2 * budget:
         try:
             W = Problem(path, src, None, seed, inputs=False)
         except Exception:
             W = T
     rules, wseed = {}, {}
+    if W.device == "meta":  # too large to build whole on the CPU
+        rules = rules_by_module(Problem(path, src, None, seed, device="meta", inputs=False), seed)
     for j, (k, v) in enumerate(T.state.items()):
-        rules[k] = weight_rule(W.state.get(k, v))
+        if W.device != "meta":
+            rules[k] = weight_rule(W.state.get(k, v))
         wseed[k] = (seed * 1000003 + pid * 1009 + j * 7919 + 1) % (1 << 31)
+    file_values = {k: W.state[k] for k in T.state if rules.get(k, ("file",))[0] == "file" and W.device != "meta"}
 
     def weights_for(P):
         ws = {}
         for k, v in P.state.items():
             r = rules.get(k, ("file",))
-            ws[k] = v.clone() if r[0] == "file" else generate(r, v.shape, wseed[k], v.dtype)
+            if P.device == "meta":
+                ws[k] = v  # shapes only
+            else:
+                ws[k] = v.clone() if r[0] == "file" else generate(r, v.shape, wseed[k], v.dtype)
         return ws
 
     state = weights_for(T)
     tensors = T.tensors
-    with torch.no_grad():
-        torch.manual_seed(seed + 1)
-        t0 = time.perf_counter()
-        out1 = flat_outputs(T.call([t.clone() for t in tensors], dict(state)))
-        dt1 = time.perf_counter() - t0
-        if o.timeout > 0 and factor == 1.0 and runs * dt1 > 0.3 * o.timeout:
-            a_T = full_a if trace_over is None else analyze(path, src, trace_over, seed) if full_a is not None else None
-            if a_T is not None and est_seconds(a_T) > 0:
-                raise _Rescale(max(2.0, dt1 / est_seconds(a_T)))
-        torch.manual_seed(seed + 2)
-        out2 = flat_outputs(T.call([t.clone() for t in tensors], {k: v.clone() for k, v in state.items()}))
-        if not same(out1, out2):
-            raise Skip("forward is not deterministic (dropout or another random op): two runs on the same inputs differ")
-        probe = {k: v.clone() for k, v in state.items()}
-        kept = [t.clone() for t in tensors]
-        T.call(kept, probe)
-        if any(not torch.equal(probe[k], state[k]) for k in probe):
-            raise Skip("forward updates its own buffers")
-        for i, t in enumerate(tensors):
-            if not torch.equal(kept[i], t):
-                raise Skip(f"forward modifies its input '{T.names[T.tensor_idx[i]]}' in place")
-        del probe, kept, out2
+    if gpu_only is not None:  # one run, its checks read from the run (random ops, version counters)
+        out1 = lean_checks(T, state)
+    else:
+        with torch.no_grad():
+            torch.manual_seed(seed + 1)
+            t0 = time.perf_counter()
+            out1 = flat_outputs(T.call([t.clone() for t in tensors], dict(state)))
+            dt1 = time.perf_counter() - t0
+            if o.timeout > 0 and factor == 1.0 and runs * dt1 > 0.3 * o.timeout:
+                a_T = full_a if trace_over is None else analyze(path, src, trace_over, seed) if full_a is not None else None
+                if a_T is not None and est_seconds(a_T) > 0:
+                    raise _Rescale(max(2.0, dt1 / est_seconds(a_T)))
+            torch.manual_seed(seed + 2)
+            out2 = flat_outputs(T.call([t.clone() for t in tensors], {k: v.clone() for k, v in state.items()}))
+            if not same(out1, out2):
+                raise Skip("forward is not deterministic (dropout or another random op): two runs on the same inputs differ")
+            probe = {k: v.clone() for k, v in state.items()}
+            kept = [t.clone() for t in tensors]
+            T.call(kept, probe)
+            if any(not torch.equal(probe[k], state[k]) for k in probe):
+                raise Skip("forward updates its own buffers")
+            for i, t in enumerate(tensors):
+                if not torch.equal(kept[i], t):
+                    raise Skip(f"forward modifies its input '{T.names[T.tensor_idx[i]]}' in place")
+            del probe, kept, out2
 
     # Parameter / buffer names as identifiers, unique among the inputs.
     taken = set(T.names)
@@ -919,7 +1077,7 @@ def convert_at(level, pid, path, out_dir, o, factor):
     def trace(keys):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with torch.no_grad():
+            with torch.no_grad(), (meta_tracing() if T.device == "meta" else contextlib.nullcontext()):
                 tr = torch.jit.trace(Ref(T, keys), tuple(tensors) + tuple(state[k] for k in keys), check_trace=False)
         n = unbake_devices(tr)
         if n:
@@ -940,16 +1098,40 @@ def convert_at(level, pid, path, out_dir, o, factor):
     warn = (": " + tracer_warnings[0].splitlines()[0]) if tracer_warnings else ""
 
     g = torch.Generator().manual_seed(seed + 3)
-    with torch.no_grad():
-        ws = [state[k] for k in keys]
-        ref_out = flat_outputs(traced(*[t.clone() for t in tensors], *ws))
-        if not close(ref_out, out1):
-            raise Skip("the TorchScript trace disagrees with forward on the problem's own inputs")
-        alt = [fresh_like(t, g) for t in tensors]
-        if not close(flat_outputs(traced(*[t.clone() for t in alt], *ws)), flat_outputs(T.call(alt, dict(state)))):
-            raise Skip("the TorchScript trace disagrees with forward on other inputs (data-dependent control flow"
-                       + warn + ")")
-        del alt
+    if meta:
+        # An op with a Python meta kernel (convolution, ...) is recorded by the tracer as the
+        # kernel's own shape code (new_empty), not as the op: such a trace is not the forward.
+        internal = re.compile(r"torch/_(meta_registrations|refs|prims|decomp)")
+        inner = sorted({n.kind() for n in traced.inlined_graph.nodes() if internal.search(n.sourceRange())})
+        if inner:
+            if need_bytes(full_a) <= 0.6 * budget:
+                raise _GpuOnly(gpu_only, meta=False)  # traced once on the CPU instead, however slow
+            raise Skip(f"{gpu_only}; and on the meta device an op of its forward (with a Python meta kernel) is traced "
+                       f"as its shape code ({', '.join(inner[:3])}), while the CPU needs about "
+                       f"{gib(need_bytes(full_a))} to trace it, over 60% of the {o.memory_gb:g} GiB budget")
+        held = meta_tensor_constants(traced)
+        if held:
+            raise Skip(f"{gpu_only}; and traced on the meta device its reference would hold {len(held)} tensor(s) of "
+                       f"the Model that are neither parameters nor buffers, without values")
+        with torch.no_grad():
+            ref_out = flat_outputs(traced(*tensors, *[state[k] for k in keys]))
+        if [(tuple(x.shape), x.dtype) for x in ref_out] != [(tuple(x.shape), x.dtype) for x in out1]:
+            raise Skip("the TorchScript trace disagrees with forward on the meta device (output shapes or dtypes)")
+        if full_a is not None and [tuple(x.shape) for x in ref_out] != list(full_a["outputs"]):
+            raise Skip("the meta trace's output shapes differ from the meta analysis")
+    else:
+        with torch.no_grad():
+            ws = [state[k] for k in keys]
+            ref_out = flat_outputs(traced(*[t.clone() for t in tensors], *ws))
+            if not close(ref_out, out1):
+                raise Skip("the TorchScript trace disagrees with forward on the problem's own inputs")
+        if gpu_only is None:  # (for the GPU only: one check run at KernelBench's sizes, the CPU time is short)
+            with torch.no_grad():
+                alt = [fresh_like(t, g) for t in tensors]
+                if not close(flat_outputs(traced(*[t.clone() for t in alt], *ws)), flat_outputs(T.call(alt, dict(state)))):
+                    raise Skip("the TorchScript trace disagrees with forward on other inputs (data-dependent control flow"
+                               + warn + ")")
+                del alt
         if any(o.is_floating_point() and not torch.isfinite(o).all() for o in ref_out):
             raise Skip("the reference produces NaN or inf on the problem's own inputs")
     file_keys = [k for k in keys if rules[k][0] == "file"]
@@ -994,8 +1176,8 @@ def convert_at(level, pid, path, out_dir, o, factor):
 
     if eval_shapes(T.ints) != actual_shapes(T, ref_out):
         if trace_over is not None:
-            raise Skip("too large for the memory budget at KernelBench's sizes, and its shapes at scaled sizes do not "
-                       "follow its size symbols")
+            raise _GpuOnly("too large or too slow for the CPU checks at KernelBench's sizes, and its shapes at scaled "
+                           "sizes do not follow its size symbols")
         # shapes cannot follow the symbols: literal dims only, no cpu variant
         exprs = [[str(int(d)) for d in s] for s in F_shapes]
         used_symbols = {}
@@ -1003,7 +1185,8 @@ def convert_at(level, pid, path, out_dir, o, factor):
     # 5. The cpu sizes: the reference within --cpu-ms on one core, every dimension's role kept.
     file_syms = {n for k in file_keys for d in exprs[n_t + keys.index(k)] for n in re.findall(r"[A-Za-z_]\w*", d)}
     if trace_over is not None and any(trace_over.get(s, F_ints.get(s)) != F_ints.get(s) for s in file_syms):
-        raise Skip("fixed values that no seeded distribution reproduces have a shape that is scaled to fit the budget")
+        raise _GpuOnly("too large or too slow for the CPU checks at KernelBench's sizes, and fixed values that no "
+                       "seeded distribution reproduces have a shape that is scaled to fit")
     cpu_over, C, c_out, cpu_note, cpu_ms = None, None, None, None, None
     target_s = o.cpu_ms / 1000.0
     # base symbols that no shape names stay (their dims would change as literals), unless a used
@@ -1018,7 +1201,7 @@ def convert_at(level, pid, path, out_dir, o, factor):
     torch.set_num_threads(1)
     try:
         for attempt in range(4):
-            if not used_symbols:
+            if not used_symbols or gpu_only is not None:
                 break
             base_now = {k: start_over.get(k, v) for k, v in base.items()}
             found = shrink_search(path, src, base_now, start_a, seed, lambda a: est_seconds(a) <= limit_est,
@@ -1066,8 +1249,11 @@ def convert_at(level, pid, path, out_dir, o, factor):
     finally:
         torch.set_num_threads(max(1, o.threads))
     if cpu_note and trace_over is not None:
-        raise Skip(f"too large for the {o.memory_gb:g} GiB budget at KernelBench's sizes and {cpu_note}, so the "
-                   f"reference traced at scaled sizes cannot be trusted at full size")
+        raise _GpuOnly(f"too large or too slow for the CPU checks at KernelBench's sizes ({o.memory_gb:g} GiB budget, "
+                       f"{o.timeout:g} s timeout) and {cpu_note}, so a reference traced at scaled sizes cannot be "
+                       f"trusted at full size")
+    if gpu_only is not None:
+        cpu_note = f"none: for the GPU only ({gpu_only})"
     if cpu_note:
         info["cpu_sizes"] = cpu_note
     if cpu_ms is not None:
@@ -1078,10 +1264,12 @@ def convert_at(level, pid, path, out_dir, o, factor):
     # Inputs whose reference needs a domain (NaN or inf on signed inputs) keep their distribution:
     # probed at the cpu sizes when there are some (cheaper), else at the traced sizes.
     P, Pw = (C, weights_for(C)) if C is not None else (T, state)
-    strict = set()
+    # (for the GPU only, nothing is probed: every input keeps its declared distribution, the one
+    # KernelBench itself tests with)
+    strict = {j for j, t in enumerate(T.tensors) if t.is_floating_point()} if gpu_only is not None else set()
     with torch.no_grad():
         pws = [Pw[k] for k in keys]
-        for j, t in enumerate(P.tensors):
+        for j, t in ([] if gpu_only is not None else enumerate(P.tensors)):
             if not t.is_floating_point():
                 continue
             for scale in (1.0, 100.0):
@@ -1126,12 +1314,23 @@ def convert_at(level, pid, path, out_dir, o, factor):
                             + (f", init: {init}" if init else "") + "}")
         weight_bytes = 0
         wC = weights_for(C) if C is not None else state
+        # seeded values compared with LibTorch's (below) unless, traced on meta, they are large
+        all_bytes = sum(nbytes(t) for t in T.tensors) + sum(nbytes(state[k]) for k in keys)
+        compare = not meta or all_bytes <= 2 * GIB
+        if meta and compare:
+            wC = {k: (generate(rules[k], state[k].shape, wseed[k], state[k].dtype) if rules[k][0] != "file" else None)
+                  for k in keys}
         for j, k in enumerate(keys):
             w = state[k]
             dt = dtype_name(w, f"parameter '{k}'")
             r = rules[k]
             if r[0] == "file":
                 fname = f"weights/{wnames[k]}.bin"
+                if meta:
+                    if k not in file_values:
+                        raise Skip(f"{gpu_only}; and its parameter '{k}' needs a values file, which cannot be made "
+                                   f"without building the Model on the CPU")
+                    w = file_values[k]
                 wc = w.contiguous().cpu()
                 (wc.view(torch.int16) if wc.dtype == torch.bfloat16 else wc).numpy().tofile(os.path.join(tmp, fname))
                 weight_bytes += nbytes(wc)
@@ -1139,10 +1338,13 @@ def convert_at(level, pid, path, out_dir, o, factor):
             else:
                 init = f"{{{r[0]}: {{{'mean' if r[0] == 'normal' else 'low'}: {yaml_float(r[1])}, " \
                        f"{'std' if r[0] == 'normal' else 'high'}: {yaml_float(r[2])}}}, seed: {wseed[k]}}}"
-                # the values this import used, at the cpu sizes, for the C++ import to compare with LibTorch's
-                cw = wC[k]
-                os.makedirs(os.path.join(tmp, "weights", ".check"), exist_ok=True)
-                cw.contiguous().numpy().tofile(os.path.join(tmp, "weights", ".check", f"{wnames[k]}.bin"))
+                # the SHA-256 of the values this import used, at the cpu sizes (at KernelBench's when
+                # there are none), for the C++ import to compare with LibTorch's draw
+                if compare:
+                    cw = wC[k].contiguous()
+                    os.makedirs(os.path.join(tmp, "weights", ".check"), exist_ok=True)
+                    with open(os.path.join(tmp, "weights", ".check", f"{wnames[k]}.sha256"), "w") as f:
+                        f.write(hashlib.sha256(cw.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest() + "\n")
             lines_in.append(f"  {wnames[k]}: {{dtype: {dt}, shape: {shape_text(exprs[n_t + j])}, init: {init}}}")
         lines_out = [f"  {n}: {{dtype: {dtype_name(x, 'output ' + n)}, shape: {shape_text(exprs[n_t + len(keys) + i])}}}"
                      for i, (n, x) in enumerate(zip(out_names, ref_out))]
@@ -1182,6 +1384,8 @@ def convert_at(level, pid, path, out_dir, o, factor):
             cs = {k: C.ints[k] for k in used_symbols if C.ints.get(k) != used_symbols[k]}
             if cs:
                 y.append("sizes_cpu: {" + ", ".join(f"{k}: {v}" for k, v in cs.items()) + "}")
+        elif gpu_only is not None:
+            y.append("sizes_cpu: none  # for the GPU only: source.cpu_sizes says why")
         y.append("inputs:")
         y += lines_in
         y.append("outputs:")
@@ -1414,7 +1618,14 @@ def _changed_in_v7(src, task, skip_reason, o):
 
 
 # version -> the test of a record of the version before it (changed: redo; else keep)
-CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6, 7: _changed_in_v7}
+def _changed_in_v8(src, task, skip_reason, o):
+    """Version 8 (problems too large or slow for the CPU checks are imported for the GPU at
+    KernelBench's sizes, traced on the meta device; level 3's longer timeout; einops installed)
+    can turn any skip into a task; tasks it keeps are converted the same way."""
+    return skip_reason is not None
+
+
+CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6, 7: _changed_in_v7, 8: _changed_in_v8}
 OLDEST_KEPT = 3  # records of older versions are always redone
 
 
@@ -1503,8 +1714,9 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--rtol", type=float, default=1e-4)
-    ap.add_argument("--timeout", type=float, default=300,
-                    help="seconds one problem may take (running its Model included); 0 = no limit")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds one problem may take (running its Model included); 0 = no limit; default by "
+                         "level: " + ", ".join(f"{k}: {v} s" for k, v in LEVEL_TIMEOUT.items()) + ", others 300 s")
     ap.add_argument("--memory-gb", type=float, default=0,
                     help="memory budget of one problem's conversion in GiB (0 = half the machine's memory)")
     ap.add_argument("--cpu-ms", type=float, default=100, help="target time of the reference at the cpu sizes, one core")
@@ -1542,11 +1754,13 @@ def main():
         lin, xin = torch.nn.Linear(4, 4), torch.randn(2, 4)
     with torch.no_grad(), FlopCounterMode(display=False), _Live():
         lin(xin)
+    timeout_arg = o.timeout
+    timeouts = f"{timeout_arg:g} s" if timeout_arg is not None else \
+        ", ".join(f"level {k}: {v} s" for k, v in LEVEL_TIMEOUT.items())
     print(f"importing {len(problems)} problems into {o.out} (memory budget {o.memory_gb:g} GiB per problem, "
-          f"timeout {o.timeout:g} s, cpu sizes for {o.cpu_ms:g} ms)", flush=True)
+          f"timeout {timeouts}, cpu sizes for {o.cpu_ms:g} ms)", flush=True)
     skipped_path = os.path.join(o.out, "skipped.yaml")
     old_skips = {} if o.force else read_skipped(skipped_path)
-    settings = f"m{o.memory_gb:g}-t{o.timeout:g}-c{o.cpu_ms:g}"
     skipped = {}  # rel -> (level, pid, key, reason)
     in_run = {os.path.relpath(path, o.kb_dir) for _, _, path in problems}
     for line in ([] if o.force else open(skipped_path, encoding="utf-8") if os.path.exists(skipped_path) else []):
@@ -1571,6 +1785,8 @@ def main():
 
     for level, pid, path in problems:
         rel = os.path.relpath(path, o.kb_dir)
+        o.timeout = timeout_arg if timeout_arg is not None else LEVEL_TIMEOUT.get(level, 300)
+        settings = f"m{o.memory_gb:g}-t{o.timeout:g}-c{o.cpu_ms:g}"
         raw = open(path, "rb").read()
         sha = hashlib.sha256(raw).hexdigest()
         key = f"{sha[:16]}-v{IMPORTER_VERSION}-s{o.seed}"

@@ -57,7 +57,7 @@ std::string num_or_dash(double v, const char* fmt) {
 
 /// `leap eval --solutions`: grades saved answer files and records them as an evaluation.
 int eval_solutions(const std::string& tasks_dir, const std::string& solutions_dir, const std::string& backend,
-                   const std::string& format, const config::Experiment& exp, const GlobalOptions& g) {
+                   const std::string& format, const config::Experiment& exp, const GlobalOptions& g, bool full_size) {
   const std::string& db = g.db;
   tasks::TaskSet set = tasks::load_task_set(tasks_dir);
   if (!fs::is_directory(solutions_dir)) throw UsageError("leap eval: --solutions " + solutions_dir + " is not a folder");
@@ -85,7 +85,11 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
   std::vector<GradeJob> jobs;
   for (const auto& [t, f] : files) {
     auto& rt = runtime[t->name];
-    if (!rt) rt = std::make_unique<env::RuntimeTask>(*t, backend);
+    if (!rt) {
+      tasks::TaskSpec spec = *t;  // a task without sizes for this backend is refused unless --full-size
+      if (full_size) spec.allow_full_size(backend);
+      rt = std::make_unique<env::RuntimeTask>(spec, backend);
+    }
     jobs.push_back({rt.get(), f.string(), slurp(f)});
   }
   std::vector<env::EvalResult> results = grade_all(*envp->verifier, jobs, static_cast<int>(exp.env.workers));
@@ -194,6 +198,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
         save_answers;
     std::vector<std::string> sets;
     int64_t checkpoint = -1, turns = 0, samples = 0, limit = 0;
+    bool full_size = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--config", o->config, "experiment YAML for sampling and environment settings");
@@ -212,6 +217,9 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--limit", o->limit, "at most this many tasks")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--format", o->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_flag("--full-size", o->full_size,
+               "run tasks without sizes for the backend (sizes_cpu: none: imported for the GPU only) at their full "
+               "sizes instead of leaving them out");
   cmd->add_option("--save-answers", o->save_answers,
                   "with --model/--run: save every answer to a new folder as <task>/s<sample>_t<turn>.md");
   return [o, &g]() -> int {
@@ -227,7 +235,8 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
                                       {"--samples", o->samples > 0}, {"--levels", !o->levels.empty()},
                                       {"--split", !o->split.empty()}, {"--checkpoint", o->checkpoint >= 0}})
         if (set) throw UsageError(std::string("leap eval: ") + flag + " goes with --model or --run (--solutions grades every answer file given)");
-      return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g);
+      return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g,
+                            o->full_size);
     }
     if (o->bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
     ModelEvalArgs a;
@@ -238,6 +247,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
     a.turns = o->turns;
     a.samples = o->samples;
     a.levels = o->levels;
+    a.full_size = o->full_size;
     a.split = o->split;
     a.limit = o->limit;
     a.backend = o->backend;

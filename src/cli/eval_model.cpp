@@ -92,14 +92,24 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   const std::string backend = a.backend.empty() ? exp.env.backend : a.backend;
   std::vector<std::unique_ptr<env::RuntimeTask>> owned;
   std::vector<const env::RuntimeTask*> tasks;
-  for (const auto& spec : set.tasks) {
+  size_t not_here = 0;
+  for (auto spec : set.tasks) {
+    if (a.full_size) spec.allow_full_size(backend);
+    if (!spec.runs_on(backend)) {  // e.g. imported for the GPU only
+      ++not_here;
+      continue;
+    }
     if (!levels.empty() && (!spec.level || std::find(levels.begin(), levels.end(), *spec.level) == levels.end())) continue;
     if (!a.split.empty() && a.split != "all" && set.split_of(spec.name) != a.split) continue;
     if (a.limit > 0 && static_cast<int64_t>(tasks.size()) >= a.limit) break;
     owned.push_back(std::make_unique<env::RuntimeTask>(spec, backend));
     tasks.push_back(owned.back().get());
   }
-  if (tasks.empty()) throw UsageError("leap eval: no task of " + dir + " matches --levels/--split/--limit");
+  if (not_here)
+    std::printf("leap eval: %zu of the %zu tasks of %s have no %s sizes (imported for the GPU only) and are left out; "
+                "--full-size runs them at their full sizes\n",
+                not_here, set.tasks.size(), dir.c_str(), backend.c_str());
+  if (tasks.empty()) throw UsageError("leap eval: no task of " + dir + " matches --levels/--split/--limit on the " + backend + " backend");
   if (!a.save_answers.empty()) util::require_new_folder(a.save_answers, "leap eval: --save-answers");
 
   const bool cuda = exp.model.device == "cuda" || (exp.model.device == "auto" && torch::cuda::is_available());

@@ -21,6 +21,7 @@ struct ModelEvalArgs {
   std::string split;       ///< a split of the set's set.yaml (train, eval, ...), or empty / "all": every task
   int64_t limit = 0;
   std::string backend;     ///< cpu | cuda
+  bool full_size = false;  ///< run tasks without sizes for the backend (sizes_cpu: none) at their full sizes
   std::string format = "table";
   /// A new folder: each answer saved as <task>/s<sample>_t<turn>.md (the layout `--solutions`
   /// reads), its path in eval_results.file; empty: answers are not kept.

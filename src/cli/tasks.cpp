@@ -21,6 +21,7 @@
 #include "tasks/generator.hpp"
 #include "tasks/task_spec.hpp"
 #include "util/error.hpp"
+#include "util/sha256.hpp"
 
 namespace leap::cli {
 
@@ -44,13 +45,18 @@ int tasks_list(const std::string& dir) {
   tasks::TaskSet set = tasks::load_task_set(dir);
   size_t w = 4;
   for (const auto& t : set.tasks) w = std::max(w, t.name.size());
-  std::printf("task set %s (%s): %zu tasks, %zu train, %zu eval\n", set.name.c_str(), dir.c_str(), set.tasks.size(),
-              set.train.size(), set.eval.size());
+  size_t on_cpu = 0, on_cuda = 0;
+  for (const auto& t : set.tasks) {
+    on_cpu += t.runs_on("cpu");
+    on_cuda += t.runs_on("cuda");
+  }
+  std::printf("task set %s (%s): %zu tasks, %zu train, %zu eval; the cpu backend runs %zu, the cuda backend %zu\n",
+              set.name.c_str(), dir.c_str(), set.tasks.size(), set.train.size(), set.eval.size(), on_cpu, on_cuda);
   std::printf("%-*s  %5s  %-14s  %-10s  %s\n", int(w), "task", "level", "category", "split", "sizes (cpu)");
   for (const auto& t : set.tasks)
     std::printf("%-*s  %5s  %-14s  %-10s  %s\n", int(w), t.name.c_str(), t.level ? std::to_string(*t.level).c_str() : "-",
                 t.category.empty() ? "-" : t.category.c_str(), set.split_of(t.name).c_str(),
-                sizes_text(t.sizes_for("cpu")).c_str());
+                t.runs_on("cpu") ? sizes_text(t.sizes_for("cpu")).c_str() : "none (GPU only)");
   return 0;
 }
 
@@ -128,7 +134,8 @@ std::string check_cuda_compiles(env::Backend& cuda, const env::RuntimeTask& rt, 
   return "";
 }
 
-int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing, const std::string& results_dir) {
+int tasks_validate(const std::string& dir, const config::Experiment& exp_in, bool timing, const std::string& results_dir,
+                   bool full_size) {
   config::Experiment exp = exp_in;
   // Every broken task.yaml is reported (file:line: key: ...), then the loadable tasks are checked.
   std::vector<std::string> load_errors;
@@ -152,7 +159,15 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
   }
   std::printf("validating task set %s (%s): %zu tasks, cpu backend%s\n", set.name.c_str(), dir.c_str(), set.tasks.size(),
               timing ? "" : " (correctness only; --time to time the solutions)");
-  for (const auto& spec : set.tasks) {
+  int gpu_only = 0;
+  for (auto spec : set.tasks) {
+    if (full_size) spec.allow_full_size("cpu");
+    if (!spec.runs_on("cpu")) {  // imported for the GPU only: its sizes are not for this machine
+      ++gpu_only;
+      std::printf("%-4s %s\n     no cpu sizes: %s (--full-size runs it here at its full sizes)\n", "skip",
+                  spec.name.c_str(), spec.no_sizes.at("cpu").c_str());
+      continue;
+    }
     std::vector<std::string> notes;
     bool bad = false;
     std::unique_ptr<env::RuntimeTask> rt;
@@ -217,31 +232,35 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
   }
   problems += static_cast<int>(load_errors.size());
   std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct; %d cuda solutions compile (not run: "
-              "`leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped%s\n",
-              set.tasks.size() + load_errors.size(), problems, weak_tasks, solutions_ok, cuda_compiled, cuda_skipped,
+              "`leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped; %d tasks for the GPU only "
+              "not run%s\n",
+              set.tasks.size() + load_errors.size(), problems, weak_tasks, solutions_ok, cuda_compiled, cuda_skipped, gpu_only,
               load_errors.empty() ? "" : fmt::format("; {} task.yaml files do not load (listed first)", load_errors.size()).c_str());
   if (!load_errors.empty()) return 2;  // a malformed task file is a config error
   return problems ? 1 : 0;
 }
 
 /// Compares the fixed values LibTorch draws for `init: {..., seed: N}` inputs with the values the
-/// import tool used (<task>/weights/.check/<input>.bin, at the cpu sizes), byte for byte, and
-/// removes those files when they agree. Throws leap::Error naming every input that differs.
+/// import tool used (<task>/weights/.check/<input>.sha256: the SHA-256 of their little-endian
+/// bytes at the cpu sizes), and removes those files when they agree. Throws leap::Error naming every input that differs.
 void check_seeded_weights(const tasks::TaskSet& set) {
   std::vector<std::string> bad;
   int checked = 0;
   for (const auto& spec : set.tasks) {
     const fs::path cdir = fs::path(spec.dir) / "weights" / ".check";
     if (!fs::is_directory(cdir)) continue;
-    env::RuntimeTask rt(spec, "cpu");
+    env::RuntimeTask rt(spec, spec.runs_on("cpu") ? "cpu" : "cuda");  // (drawn on the CPU either way)
     const std::vector<torch::Tensor> ins = env::make_inputs(rt, 0, 0);
     bool ok = true;
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       if (!spec.inputs[i].init.seed) continue;
-      const fs::path f = cdir / (spec.inputs[i].name + ".bin");
+      const fs::path f = cdir / (spec.inputs[i].name + ".sha256");
       const torch::Tensor t = ins[i].contiguous();
-      const std::string got(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
-      if (!fs::exists(f) || slurp(f) != got) {
+      const std::string got =
+          util::sha256_hex(std::string_view(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size()));
+      std::string want = fs::exists(f) ? slurp(f) : std::string();
+      while (!want.empty() && (want.back() == '\n' || want.back() == ' ')) want.pop_back();
+      if (want != got) {
         ok = false;
         bad.push_back(spec.name + "." + spec.inputs[i].name);
       }
@@ -274,8 +293,12 @@ int tasks_import(const std::string& kb_dir, const std::string& out, const std::s
     if (l.empty() || l.find_first_not_of("0123456789") != std::string::npos)
       throw UsageError("leap tasks import: --levels " + levels + ": expected comma-separated level numbers, e.g. 1,2");
   }
-  std::vector<std::string> args = {kb_dir,        "--out",    out, "--levels", levels, "--timeout", fmt::format("{:g}", timeout_s),
+  std::vector<std::string> args = {kb_dir,        "--out",    out, "--levels", levels,
                                    "--memory-gb", fmt::format("{:g}", memory_gb), "--cpu-ms", fmt::format("{:g}", cpu_ms)};
+  if (timeout_s >= 0) {  // else the tool's per-level defaults
+    args.push_back("--timeout");
+    args.push_back(fmt::format("{:g}", timeout_s));
+  }
   if (force) args.push_back("--force");
   const int rc = run_python_tool("kernelbench_import.py", args);
   if (rc == 2) throw UsageError("leap tasks import: the import tool rejected its arguments (see above)");
@@ -307,10 +330,11 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   cmd->require_subcommand(1);
   struct Opts {
     std::string dir = "tasks/starter", task, kb_dir, out = "tasks/kernelbench", levels = "1,2,3", source, config;
-    double timeout_s = 300, memory_gb = 0, cpu_ms = 100;
+    double timeout_s = -1, memory_gb = 0, cpu_ms = 100;
     bool force = false;
     std::vector<std::string> sets;
     bool time = false;
+    bool full_size = false;
     std::string family, gen_out, spellings = "varied", names = "reuse";
     int64_t count = 0;
     uint64_t seed = 0;
@@ -327,14 +351,18 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
   validate->add_option("--config", o->config, "experiment YAML for the env settings");
   validate->add_option("--set", o->sets, "override one config key (repeatable)")->type_name("KEY.PATH=VALUE");
   validate->add_flag("--time", o->time, "also time the shipped solutions");
+  validate->add_flag("--full-size", o->full_size,
+                     "also run the tasks without cpu sizes (sizes_cpu: none, imported for the GPU only) at their "
+                     "full sizes");
   auto* import = cmd->add_subcommand("import", "Import a benchmark into leap task folders");
   import->add_option("source", o->source, "benchmark name: kernelbench")->required()->check(CLI::IsMember({"kernelbench"}));
   import->add_option("kb_dir", o->kb_dir, "KernelBench checkout root or a folder of problem files")->required();
   import->add_option("--out", o->out, "output task-set folder")->capture_default_str();
   import->add_option("--levels", o->levels, "comma-separated levels")->capture_default_str();
-  import->add_option("--timeout", o->timeout_s, "seconds one problem may take (its Model run included); 0 = no limit")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
+  import->add_option("--timeout", o->timeout_s,
+                     "seconds one problem may take (its Model run included); 0 = no limit; default by level: 300 s "
+                     "for levels 1 and 2, 900 s for level 3")
+      ->check(CLI::Range(0.0, 86400.0));
   import->add_option("--memory-gb", o->memory_gb,
                      "memory budget of one problem's conversion, GiB; larger problems are traced at scaled sizes "
                      "(0 = half the machine's memory)")
@@ -377,7 +405,8 @@ Handler add_tasks(CLI::App& app, const GlobalOptions& g) {
     }
     if (list->parsed()) return tasks_list(o->dir);
     if (show->parsed()) return tasks_show(o->task, o->dir);
-    if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time, g.results_dir);
+    if (validate->parsed()) return tasks_validate(o->dir, experiment_from_flags(o->config, o->sets), o->time, g.results_dir,
+                                                 o->full_size);
     return tasks_import(o->kb_dir, o->out, o->levels, o->timeout_s, o->memory_gb, o->cpu_ms, o->force);
   };
 }

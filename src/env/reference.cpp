@@ -10,7 +10,9 @@
 #include "util/fatal.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/jit/codegen/fuser/interface.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 #include <torch/script.h>
 
 #include <cmath>
@@ -67,6 +69,12 @@ void disable_tf32() {
 
 }  // namespace
 
+void use_unfused_references() {
+  torch::jit::setTensorExprFuserEnabled(false);  // NNC: on by default, fuses on the GPU
+  torch::jit::overrideCanFuseOnGPU(false);       // the legacy fuser
+  torch::jit::overrideCanFuseOnCPU(false);
+}
+
 torch::ScalarType torch_dtype(DType t) {
   switch (t) {
     case DType::float16: return torch::kHalf;
@@ -85,6 +93,7 @@ torch::ScalarType torch_dtype(DType t) {
 
 Reference compile_reference(const std::string& torchscript, const std::string& file, const std::string& where,
                             const std::string& task_file, int n_inputs) {
+  use_unfused_references();
   Reference ref;
   ref.file = task_file;
   ref.impl = std::make_shared<Reference::Impl>();
@@ -155,6 +164,9 @@ std::vector<std::string> Reference::baked_devices() const {
 RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
     : spec_(std::move(spec)), backend_(backend) {
   const std::string& file = spec_.file;
+  if (!spec_.runs_on(backend))
+    throw Error(file + ": task " + spec_.name + " has no " + backend + " sizes: " + spec_.no_sizes.at(backend) +
+                "; run it on a GPU (--backend cuda), or at its full sizes with --full-size");
   interface_.sizes = spec_.sizes_for(backend);
   ExprEnv env;
   env.symbols = interface_.sizes;

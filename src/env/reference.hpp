@@ -43,6 +43,15 @@ struct Reference {
 /// worse. Default 300 s.
 void set_reference_time_limit(double seconds);
 
+/// Turns off the TorchScript fusers for every reference this process runs (process-wide switches;
+/// compile_reference calls it): the TensorExpr fuser (NNC, on by default; it fuses pointwise chains
+/// on the GPU) and the legacy fuser on the CPU and GPU. The oneDNN graph fuser is off by default and
+/// leap never turns it on. The profiling executor's other passes (constant folding, dead code,
+/// shape specialisation) stay: they launch no other kernels. So a reference runs one kernel per
+/// op, as eager PyTorch runs the problem, and a speedup is over eager PyTorch, as KernelBench
+/// measures it (docs/kernelbench.md "Reference timing").
+void use_unfused_references();
+
 /// Compiles a reference: the TorchScript `torchscript` source (torch.nn.functional / F. calls
 /// rewritten to the ATen builtins) defining `reference`, or, when the source is empty, the
 /// TorchScript module `file` (method `reference`, else `forward`). With `n_inputs` >= 0 the

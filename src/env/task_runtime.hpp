@@ -20,7 +20,8 @@ class RuntimeTask {
  public:
   /// Resolves sizes for `backend`, evaluates every shape, and compiles the reference
   /// (torch::jit::compile of the source, or torch::jit::load of the file). Throws leap::Error
-  /// naming the task file and what is wrong (a TorchScript error, a bad shape expression).
+  /// naming the task file and what is wrong (a TorchScript error, a bad shape expression), or
+  /// when the task has no sizes for `backend` (`sizes_cpu: none`: TaskSpec::runs_on).
   RuntimeTask(tasks::TaskSpec spec, const std::string& backend);
   ~RuntimeTask();
   RuntimeTask(const RuntimeTask&) = delete;

@@ -134,15 +134,23 @@ struct SplitTasks {
 
 SplitTasks load_split(const tasks::TaskSet& set, const config::Experiment& exp, const std::string& split) {
   SplitTasks out;
+  size_t not_here = 0;
   for (const tasks::TaskSpec* spec : set.split(split)) {
     if (!exp.tasks.levels.empty()) {
       if (!spec->level) continue;
       if (std::find(exp.tasks.levels.begin(), exp.tasks.levels.end(), *spec->level) == exp.tasks.levels.end()) continue;
     }
+    if (!spec->runs_on(exp.env.backend)) {  // e.g. a KernelBench problem imported for the GPU only
+      ++not_here;
+      continue;
+    }
     if (exp.tasks.limit > 0 && static_cast<int64_t>(out.owned.size()) >= exp.tasks.limit) break;
     out.owned.push_back(std::make_unique<env::RuntimeTask>(*spec, exp.env.backend));
     out.tasks.push_back(out.owned.back().get());
   }
+  if (not_here)
+    spdlog::warn("split '{}' of {}: {} tasks have no {} sizes (sizes_{}: none, imported for the GPU only) and are left out",
+                 split, set.dir, not_here, exp.env.backend, exp.env.backend);
   return out;
 }
 

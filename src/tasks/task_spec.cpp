@@ -303,6 +303,10 @@ TaskSpec load_task(const std::string& path_in) {
   for (const std::string backend : {"cpu", "cuda"}) {
     const std::string key = "sizes_" + backend;
     if (!root[key]) continue;
+    if (root[key].IsScalar() && root[key].as<std::string>() == "none") {  // reason filled in from source: below
+      t.no_sizes[backend] = key + ": none";
+      continue;
+    }
     auto o = parse_sizes(c, root[key], key, nullptr);
     for (auto it = root[key].begin(); it != root[key].end(); ++it) {
       std::string k = it->first.as<std::string>();
@@ -361,6 +365,8 @@ TaskSpec load_task(const std::string& path_in) {
       t.source[k] = it->second.as<std::string>();
     }
   }
+  for (auto& [backend, why] : t.no_sizes)
+    if (auto s = t.source.find(backend + "_sizes"); s != t.source.end()) why += " (" + s->second + ")";
   std::string hash_input = text;
   for (const auto& in : t.inputs)
     if (in.init.kind == InitSpec::Kind::file) hash_input += read_text(in.init.file);

@@ -71,6 +71,9 @@ struct TaskSpec {
   std::string prompt;
   std::vector<std::pair<std::string, int64_t>> sizes;  ///< default sizes, in file order
   std::map<std::string, std::map<std::string, int64_t>> size_overrides;  ///< backend -> overrides
+  /// Backends the task has no sizes for (`sizes_<backend>: none`, e.g. a KernelBench problem too
+  /// large for the CPU, imported for the GPU only) -> why (`source.cpu_sizes` when given).
+  std::map<std::string, std::string> no_sizes;
   std::vector<TensorSpec> inputs;   ///< in call order
   std::vector<TensorSpec> outputs;  ///< in the order of the reference's result tuple
   std::vector<ConstantSpec> constants;
@@ -81,8 +84,14 @@ struct TaskSpec {
   /// imported KernelBench problem); empty when the task has none.
   std::map<std::string, std::string> source;
 
-  /// Size values for `backend` ("cpu", "cuda"): `sizes` with `sizes_<backend>` applied.
+  /// Size values for `backend` ("cpu", "cuda"): `sizes` with `sizes_<backend>` applied (`sizes`
+  /// alone for a backend in no_sizes: the full sizes).
   std::map<std::string, int64_t> sizes_for(const std::string& backend) const;
+  /// Whether the task runs on `backend`: false when its file says `sizes_<backend>: none` (and
+  /// allow_full_size was not called). env::RuntimeTask refuses such a task.
+  bool runs_on(const std::string& backend) const { return no_sizes.count(backend) == 0; }
+  /// Lets a task without sizes for `backend` run there at its full sizes (`--full-size`).
+  void allow_full_size(const std::string& backend) { no_sizes.erase(backend); }
   /// The input or output named `name`, or nullptr.
   const TensorSpec* find_tensor(const std::string& name) const;
 };
