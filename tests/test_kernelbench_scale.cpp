@@ -442,3 +442,36 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
   CHECK(has(v.out, "1 tasks for the GPU only not run"));
   CHECK(v.rc == 0);
 }
+
+TEST_CASE("kernelbench import: the seeded values are checked by their SHA-256 against LibTorch's draw; a mismatch "
+          "fails naming the input, a match removes the digests") {
+  leap::test::TempDir tmp;
+  tmp.write("kb/1_LinearTanh.py",
+            problem("        self.fc = nn.Linear(*a)\n", "return torch.tanh(self.fc(x))",
+                    "batch = 8\nin_features = 64\nout_features = 32", "[torch.randn(batch, in_features)]",
+                    "[in_features, out_features]"));
+  const fs::path kb = tmp.path / "kb", out = tmp.path / "out";
+  // The Python tool alone leaves the digests for `leap tasks import` to compare.
+  const std::string tool = python() + " " + (fs::path(LEAP_SOURCE_DIR) / "tools" / "kernelbench_import.py").string() +
+                           " " + kb.string() + " --out " + out.string() + " --timeout 120 > " +
+                           (tmp.path / "tool.log").string() + " 2>&1";
+  REQUIRE(std::system(tool.c_str()) == 0);
+  const fs::path digest = out / "001_linear_tanh" / "weights" / ".check" / "fc_weight.sha256";
+  REQUIRE(fs::exists(digest));
+  const std::string good = leap::test::read_file(digest.string());
+  CHECK(good.size() == 65);  // 64 hex digits and a newline: no values are stored
+  std::ofstream(digest) << std::string(64, '0') << "\n";
+  auto bad = run_leap("tasks import kernelbench " + kb.string() + " --out " + out.string() + " --timeout 120");
+  CAPTURE(bad.out);
+  CAPTURE(bad.err);
+  CHECK(bad.rc != 0);
+  CHECK(has(bad.err, "does not reproduce"));
+  CHECK(has(bad.err, "001_linear_tanh.fc_weight"));
+  CHECK(fs::exists(digest));
+  std::ofstream(digest) << good;
+  auto ok = run_leap("tasks import kernelbench " + kb.string() + " --out " + out.string() + " --timeout 120");
+  CAPTURE(ok.out);
+  CHECK(ok.rc == 0);
+  CHECK(has(ok.out, "LibTorch reproduces the import's values exactly"));
+  CHECK_FALSE(fs::exists(out / "001_linear_tanh" / "weights" / ".check"));
+}

@@ -906,13 +906,14 @@ def rules_by_module(P, seed):
         own = list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
         if not own:
             continue
-        if not hasattr(m, "reset_parameters"):
+        reset = getattr(m, "reset_parameters", None) or getattr(m, "_reset_parameters", None)
+        if reset is None:
             raise Skip(f"its parameters ({gib(sum(nbytes(v) for v in P.state.values()))}) are over the budget to "
                        f"build on the CPU, and '{mname or 'Model'}' ({type(m).__name__}) has no reset_parameters() "
                        f"to make them one module at a time")
         m.to_empty(device="cpu", recurse=False)
         with torch.no_grad():
-            m.reset_parameters()
+            reset()
         for n, v in own:
             k = f"{mname}.{n}" if mname else n
             rules[k] = weight_rule(getattr(m, n))
@@ -1344,7 +1345,7 @@ def convert_at(level, pid, path, out_dir, o, factor, gpu_only=None, meta=None):
                     cw = wC[k].contiguous()
                     os.makedirs(os.path.join(tmp, "weights", ".check"), exist_ok=True)
                     with open(os.path.join(tmp, "weights", ".check", f"{wnames[k]}.sha256"), "w") as f:
-                        f.write(hashlib.sha256(cw.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest() + "\n")
+                        f.write(hashlib.sha256(memoryview(cw.reshape(-1).view(torch.uint8).numpy())).hexdigest() + "\n")
             lines_in.append(f"  {wnames[k]}: {{dtype: {dt}, shape: {shape_text(exprs[n_t + j])}, init: {init}}}")
         lines_out = [f"  {n}: {{dtype: {dtype_name(x, 'output ' + n)}, shape: {shape_text(exprs[n_t + len(keys) + i])}}}"
                      for i, (n, x) in enumerate(zip(out_names, ref_out))]
