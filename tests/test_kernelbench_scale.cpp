@@ -371,46 +371,56 @@ TEST_CASE("kernelbench import: tuple-unpacked size symbols, randint bounds in sy
 }
 
 TEST_CASE("kernelbench import: a problem too large for the CPU checks at any size is imported for the GPU only, "
-          "traced on the meta device, and its reference agrees with eager LibTorch at full size") {
+          "traced once (on the meta device or the CPU), and its reference agrees with eager LibTorch at full size") {
   leap::test::TempDir tmp;
-  // Literal sizes (no size symbol to scale): x is [4096, 16384] float32 = 256 MiB, three copies
-  // over 60% of a 1.5 GiB budget with the interpreter's 0.6 GiB. A convolution (a Python meta
-  // kernel: on meta tensors the tracer records the kernel's shape code, not the op) is not traced
-  // on the meta device: on the CPU when it fits the budget there, else skipped with the reason.
+  // Literal sizes (no size symbol to scale), over 60% of a 1.5 GiB budget for the eight checking
+  // runs (with the interpreter's 0.6 GiB), so no task can have cpu sizes:
+  // - a linear layer on x [12288, 16384] (768 MiB): over 85% of the budget for one CPU trace too,
+  //   traced on the meta device;
+  // - a convolution on x [32, 16, 224, 224] (98 MiB): one CPU trace fits, so it is traced there
+  //   (convolution's meta kernel is Python: on meta tensors the tracer would record its shape code);
+  // - the same convolution at [64, 16, 224, 224] with 32 output channels: too large for one CPU
+  //   trace, and not traceable on meta: skipped with the reason.
+  auto conv = [](const std::string& in, int out_ch) {
+    return "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.conv = nn.Conv2d(16, " + std::to_string(out_ch) + ", 3)\n"
+           "    def forward(self, x):\n        return torch.relu(self.conv(x))\n"
+           "def get_inputs():\n    return [torch.rand(" + in + ")]\ndef get_init_inputs():\n    return []\n";
+  };
   tmp.write("kb/1_WideLinear.py",
             "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
             "        super().__init__()\n        self.fc = nn.Linear(16384, 24)\n"
             "    def forward(self, x):\n        return torch.tanh(self.fc(x)) * 2.0\n"
-            "def get_inputs():\n    return [torch.rand(4096, 16384)]\ndef get_init_inputs():\n    return []\n");
-  tmp.write("kb/2_WideConv.py",
-            "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
-            "        super().__init__()\n        self.conv = nn.Conv2d(16, 8, 3)\n"
-            "    def forward(self, x):\n        return torch.relu(self.conv(x))\n"
-            "def get_inputs():\n    return [torch.rand(32, 16, 224, 224)]\ndef get_init_inputs():\n    return []\n");
-  tmp.write("kb/3_Relu.py", kRelu);
+            "def get_inputs():\n    return [torch.rand(12288, 16384)]\ndef get_init_inputs():\n    return []\n");
+  tmp.write("kb/2_WideConv.py", conv("32, 16, 224, 224", 8));
+  tmp.write("kb/3_HugeConv.py", conv("64, 16, 224, 224", 32));
+  tmp.write("kb/4_Relu.py", kRelu);
   const fs::path out = tmp.path / "out";
   auto r = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() +
                     " --memory-gb 1.5 --timeout 120");
   CAPTURE(r.out);
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
-  CHECK(has(r.out, "2 problems imported"));
+  CHECK(has(r.out, "3 problems imported"));
   const std::string skipped = leap::test::read_file((out / "skipped.yaml").string());
   CAPTURE(skipped);
-  CHECK(has(skipped, "2_WideConv.py"));
+  CHECK(has(skipped, "3_HugeConv.py"));
   CHECK(has(skipped, "is traced as its shape code (aten::new_empty"));
   auto set = leap::tasks::load_task_set(out.string());
   const auto* lin = set.find("001_wide_linear");
+  const auto* cnv = set.find("002_wide_conv");
   REQUIRE(lin);
-  CHECK_FALSE(set.find("002_wide_conv"));
+  REQUIRE(cnv);
+  CHECK_FALSE(set.find("003_huge_conv"));
   CHECK(lin->source.at("traced_at") == "kernelbench (meta device)");
-  for (const auto* t : {lin}) {
+  CHECK(cnv->source.at("traced_at") == "kernelbench");
+  for (const auto* t : {lin, cnv}) {
     CAPTURE(t->name);
     CHECK(has(t->source.at("cpu_sizes"), "for the GPU only"));
     CHECK_FALSE(t->runs_on("cpu"));
     CHECK(t->runs_on("cuda"));
   }
-  CHECK(set.find("003_relu")->runs_on("cpu"));
+  CHECK(set.find("004_relu")->runs_on("cpu"));
   // The cpu backend refuses it, naming the file and why; --full-size (allow_full_size) runs it.
   try {
     leap::env::RuntimeTask refused(*lin, "cpu");
@@ -420,7 +430,7 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
     CHECK(has(e.what(), "no cpu sizes"));
     CHECK(has(e.what(), "--full-size"));
   }
-  for (const auto* t : {lin}) {
+  for (const auto* t : {lin, cnv}) {
     CAPTURE(t->name);
     leap::tasks::TaskSpec full = *t;
     full.allow_full_size("cpu");
@@ -428,18 +438,23 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
     REQUIRE(rt.input_shapes().size() == 3);  // x, then the weight and the bias the trace reads
     auto ins = leap::env::make_inputs(rt, 3, 0);
     auto outs = rt.reference().run(rt, ins);
-    CHECK(rt.output_shapes()[0] == std::vector<int64_t>{4096, 24});
-    CHECK(torch::allclose(outs[0], torch::tanh(torch::linear(ins[0], ins[1], ins[2])) * 2.0, 1e-5, 1e-5));
-    CHECK(ins[1].abs().max().item<double>() <= 1.0 / std::sqrt(16384.0) + 1e-6);  // kaiming-uniform bound
+    if (t == lin) {
+      CHECK(rt.output_shapes()[0] == std::vector<int64_t>{12288, 24});
+      CHECK(torch::allclose(outs[0], torch::tanh(torch::linear(ins[0], ins[1], ins[2])) * 2.0, 1e-5, 1e-5));
+      CHECK(ins[1].abs().max().item<double>() <= 1.0 / std::sqrt(16384.0) + 1e-6);  // kaiming-uniform bound
+    } else {
+      CHECK(rt.output_shapes()[0] == std::vector<int64_t>{32, 8, 222, 222});
+      CHECK(torch::allclose(outs[0], torch::relu(torch::conv2d(ins[0], ins[1], ins[2])), 1e-5, 1e-5));
+    }
   }
   // `leap tasks list` counts what each backend runs; `leap tasks validate` leaves them out on the CPU.
   auto l = run_leap("tasks list " + out.string());
   CAPTURE(l.out);
-  CHECK(has(l.out, "the cpu backend runs 1, the cuda backend 2"));
+  CHECK(has(l.out, "the cpu backend runs 1, the cuda backend 3"));
   CHECK(has(l.out, "none (GPU only)"));
   auto v = run_leap("tasks validate " + out.string());
   CAPTURE(v.out);
-  CHECK(has(v.out, "1 tasks for the GPU only not run"));
+  CHECK(has(v.out, "2 tasks for the GPU only not run"));
   CHECK(v.rc == 0);
 }
 
