@@ -375,7 +375,7 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
   leap::test::TempDir tmp;
   // Literal sizes (no size symbol to scale), over 60% of a 1.5 GiB budget for the eight checking
   // runs (with the interpreter's 0.6 GiB), so no task can have cpu sizes:
-  // - a linear layer on x [12288, 16384] (768 MiB): over 85% of the budget for one CPU trace too,
+  // - a linear layer on x [16384, 16384] (1 GiB): over 90% of the budget for one CPU trace too,
   //   traced on the meta device;
   // - a convolution on x [32, 16, 224, 224] (98 MiB): one CPU trace fits, so it is traced there
   //   (convolution's meta kernel is Python: on meta tensors the tracer would record its shape code);
@@ -391,7 +391,7 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
             "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n"
             "        super().__init__()\n        self.fc = nn.Linear(16384, 24)\n"
             "    def forward(self, x):\n        return torch.tanh(self.fc(x)) * 2.0\n"
-            "def get_inputs():\n    return [torch.rand(12288, 16384)]\ndef get_init_inputs():\n    return []\n");
+            "def get_inputs():\n    return [torch.rand(16384, 16384)]\ndef get_init_inputs():\n    return []\n");
   tmp.write("kb/2_WideConv.py", conv("32, 16, 224, 224", 8));
   tmp.write("kb/3_HugeConv.py", conv("64, 16, 224, 224", 32));
   tmp.write("kb/4_Relu.py", kRelu);
@@ -439,7 +439,7 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
     auto ins = leap::env::make_inputs(rt, 3, 0);
     auto outs = rt.reference().run(rt, ins);
     if (t == lin) {
-      CHECK(rt.output_shapes()[0] == std::vector<int64_t>{12288, 24});
+      CHECK(rt.output_shapes()[0] == std::vector<int64_t>{16384, 24});
       CHECK(torch::allclose(outs[0], torch::tanh(torch::linear(ins[0], ins[1], ins[2])) * 2.0, 1e-5, 1e-5));
       CHECK(ins[1].abs().max().item<double>() <= 1.0 / std::sqrt(16384.0) + 1e-6);  // kaiming-uniform bound
     } else {

@@ -67,6 +67,7 @@ CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 LEVEL_TIMEOUT = {1: 300, 2: 300, 3: 900}
 GIB = 1024 ** 3
 BASE_BYTES = 0.6 * GIB          # an interpreter with torch loaded
+LEAN_SHARE = 0.9                # of the budget, for one CPU trace of a problem for the GPU only (lean_bytes)
 FLOPS_PER_S = 1.5e10            # rough one-core fp32 rates for the size search (the cpu sizes are then measured)
 BYTES_PER_S = 3e9
 NO_SHRINK = re.compile(r"kernel|stride|pad|dilation|group|axis|factor|scale", re.I)  # values with a role, not an extent
@@ -976,7 +977,7 @@ def convert_at(level, pid, path, out_dir, o, factor, gpu_only=None, meta=None):
         # traced once on the CPU at KernelBench's sizes when memory allows and three forwards (run,
         # trace, trace check) fit half the timeout; else on the meta device, shapes checked
         if meta is None:
-            meta = lean_bytes(full_a) > 0.85 * budget or \
+            meta = lean_bytes(full_a) > LEAN_SHARE * budget or \
                 (o.timeout > 0 and 3 * factor * est_seconds(full_a) > 0.5 * o.timeout)
         info["gpu_only"] = gpu_only
     elif full_a is not None:
@@ -1123,11 +1124,11 @@ def convert_at(level, pid, path, out_dir, o, factor, gpu_only=None, meta=None):
         internal = re.compile(r"torch/_(meta_registrations|refs|prims|decomp)")
         inner = sorted({n.kind() for n in traced.inlined_graph.nodes() if internal.search(n.sourceRange())})
         if inner:
-            if lean_bytes(full_a) <= 0.85 * budget:
+            if lean_bytes(full_a) <= LEAN_SHARE * budget:
                 raise _GpuOnly(gpu_only, meta=False)  # traced once on the CPU instead, however slow
             raise Skip(f"{gpu_only}; and on the meta device an op of its forward (with a Python meta kernel) is traced "
                        f"as its shape code ({', '.join(inner[:3])}), while the CPU needs about "
-                       f"{gib(lean_bytes(full_a))} to trace it once, over 85% of the {o.memory_gb:g} GiB budget")
+                       f"{gib(lean_bytes(full_a))} to trace it once, over {LEAN_SHARE:.0%} of the {o.memory_gb:g} GiB budget")
         held = meta_tensor_constants(traced)
         if held:
             raise Skip(f"{gpu_only}; and traced on the meta device its reference would hold {len(held)} tensor(s) of "
