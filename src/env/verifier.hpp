@@ -18,6 +18,8 @@
 
 namespace leap::env {
 
+class Evaluation;
+
 /// Settings of a Verifier (the cli fills them from the experiment's `env:` section).
 struct VerifierOptions {
   int seeds = 5;                    ///< correctness seeds, fresh random inputs each
@@ -67,6 +69,7 @@ class Verifier {
   Backend& backend() { return *backend_; }
 
  private:
+  friend class Evaluation;  // one evaluate call's steps (env/evaluation.hpp)
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;

@@ -847,38 +847,52 @@ void WorkerPool::wait_for_starts() const {
   });
 }
 
-RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, SharedBuffers& buffers,
-                           const RunRequest& request) {
+/// One job's exchange with its worker (WorkerPool::run's steps): what was sent, how the wait for
+/// the reply ended, and what the parent counted on the way.
+struct WorkerPool::Exchange {
+  double timeout_s = 0;        ///< the job's time limit (s): CPU or wall (PoolOptions::cpu_time_limit)
+  Clock::time_point start;     ///< when the job was sent
+  double cpu_at_send = -1;     ///< the worker's CPU time (ms) when its job's limits started counting
+  WatchLimits lim;             ///< what is watched while the parent waits
+  Watched watched;             ///< how the last wait ended
+  std::string reply;           ///< the reply frame, when watched.r == Recv::ok
+  int reported_runs = 0;       ///< runs the worker reported one by one (parent_snapshots)
+  int most_runs = 0;           ///< the most runs the job allows
+  bool out_of_order_run = false;  ///< it reported a run out of order, or too many
+};
+
+size_t WorkerPool::acquire_slot() {
   size_t slot = 0;
-  {
-    const auto wait_start = Clock::now();
-    std::unique_lock<std::mutex> lock(mutex_);
-    // A ready worker first; else a slot that no replacement is pending for (started here).
-    idle_cv_.wait(lock, [&] {
-      for (size_t i = 0; i < busy_.size(); ++i)
-        if (!busy_[i] && workers_[i]) return slot = i, true;
-      for (size_t i = 0; i < busy_.size(); ++i)
-        if (!busy_[i] && !refill_[i]) return slot = i, true;
-      return false;
-    });
-    busy_[slot] = true;
-    std::lock_guard<std::mutex> slock(stats_mutex_);
-    stats_.wait_s += std::chrono::duration<double>(Clock::now() - wait_start).count();
+  const auto wait_start = Clock::now();
+  std::unique_lock<std::mutex> lock(mutex_);
+  // A ready worker first; else a slot that no replacement is pending for (started by the caller).
+  idle_cv_.wait(lock, [&] {
+    for (size_t i = 0; i < busy_.size(); ++i)
+      if (!busy_[i] && workers_[i]) return slot = i, true;
+    for (size_t i = 0; i < busy_.size(); ++i)
+      if (!busy_[i] && !refill_[i]) return slot = i, true;
+    return false;
+  });
+  busy_[slot] = true;
+  std::lock_guard<std::mutex> slock(stats_mutex_);
+  stats_.wait_s += std::chrono::duration<double>(Clock::now() - wait_start).count();
+  return slot;
+}
+
+void WorkerPool::release_slot(size_t slot, std::unique_ptr<Worker> w, bool refill) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!w && refill && !spares_.empty()) {  // a ready spare takes the retired worker's place
+    w = std::move(spares_.front());
+    spares_.pop_front();
   }
-  // Returns the slot to the pool: with a live worker, or empty for the background thread to
-  // fill (`refill`), or empty for the next run() to fill.
-  auto release = [&](std::unique_ptr<Worker> w, bool refill = false) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!w && refill && !spares_.empty()) {  // a ready spare takes the retired worker's place
-      w = std::move(spares_.front());
-      spares_.pop_front();
-    }
-    workers_[slot] = std::move(w);
-    busy_[slot] = false;
-    refill_[slot] = refill && !workers_[slot];
-    idle_cv_.notify_all();
-    refill_cv_.notify_one();  // a slot to fill, or a spare to replace
-  };
+  workers_[slot] = std::move(w);
+  busy_[slot] = false;
+  refill_[slot] = refill && !workers_[slot];
+  idle_cv_.notify_all();
+  refill_cv_.notify_one();  // a slot to fill, or a spare to replace
+}
+
+std::unique_ptr<WorkerPool::Worker> WorkerPool::checkout(size_t slot) {
   std::unique_ptr<Worker> w;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -888,17 +902,15 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     if (!w) w = spawn();
     check_ready(*w);
   } catch (...) {
-    release(nullptr);
+    release_slot(slot, nullptr);
     throw;
   }
+  return w;
+}
 
-  const BufferLayout& layout = buffers.layout();
-  const std::string body = encode_job(artifact, plan, request, layout);
-  // A reference job may be the first LibTorch CUDA work of its worker (library start-up, cuBLAS
-  // handle, TorchScript compile): it gets kReferenceStartupS more than a candidate's job.
-  const double timeout_s = options_.run_timeout_s > 0 && request.reference ? options_.run_timeout_s + kReferenceStartupS
-                                                                           : options_.run_timeout_s;
-
+void WorkerPool::send_job(size_t slot, std::unique_ptr<Worker>& w, const Artifact& artifact, const BoundPlan& plan,
+                          SharedBuffers& buffers, const RunRequest& request, Exchange& x) {
+  const std::string body = encode_job(artifact, plan, request, buffers.layout());
   // The artifact travels as an open file: a sandboxed worker sees no host path.
   std::vector<int> attach{buffers.fd()};
   int art_fd = -1;
@@ -914,150 +926,138 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   } close_art{art_fd};
 
   // A worker that died while idle (killed from outside) is replaced once before blaming the code.
-  const auto job_start = Clock::now();
-  double cpu_at_send = process_cpu_ms(w->pid);
+  x.start = Clock::now();
+  x.cpu_at_send = process_cpu_ms(w->pid);
   w->current_launch->store(-1);
   memory_flag_of(w->current_launch)->store(0);
+  if (send_frame(w->sock, body, attach)) return;
+  retire(*w, true);
+  ++replacements_;
+  try {
+    w = spawn();
+    check_ready(*w);
+  } catch (...) {
+    release_slot(slot, nullptr);
+    throw;
+  }
+  x.cpu_at_send = process_cpu_ms(w->pid);
   if (!send_frame(w->sock, body, attach)) {
     retire(*w, true);
-    ++replacements_;
-    try {
-      w = spawn();
-      check_ready(*w);
-    } catch (...) {
-      release(nullptr);
-      throw;
-    }
-    cpu_at_send = process_cpu_ms(w->pid);
-    if (!send_frame(w->sock, body, attach)) {
-      retire(*w, true);
-      release(nullptr);
-      throw Error("cannot send a job to a fresh worker process");
-    }
+    release_slot(slot, nullptr);
+    throw Error("cannot send a job to a fresh worker process");
   }
+}
 
-  RunOutcome out;
-  std::string reply;
-  WatchLimits lim;
-  lim.limit_s = timeout_s;
-  lim.cpu_time = options_.cpu_time_limit;
-  lim.memory_limit = memory_limit_mb_ << 20;
-  lim.max_threads = options_.sandbox.max_threads;
-  lim.tensor_bytes = static_cast<int64_t>(layout.total_bytes);
-  // Phase 1: the worker maps the job's memory (populated: every page of the tensors, the rotated
-  // sets and the snapshots) and says so before it loads any code of the answer. The job's CPU
-  // time is counted from the "go" that follows, so what mapping costs (it grows with the
-  // snapshots and scratch buffers, and varies from job to job) is in neither the candidate's job
-  // nor the no-op's, and the CPU-time bound compares the runs alone (docs/env.md "Timing").
-  int reported_runs = 0;            // runs the worker reported one by one (parent_snapshots)
-  const int most_runs = max_job_runs(request, request.rotations.size());
-  bool out_of_order_run = false;    // it reported a run out of order, or too many
-  Watched watched = await_frame(w->pid, w->sock, reply, lim);
-  WatchStart watch_start;           // the job's limits count from its "go"
-  if (watched.r == Recv::ok && reply == kMappedFrame) {
-    reply.clear();
-    cpu_at_send = process_cpu_ms(w->pid);
-    watch_start = WatchStart::now(w->pid, lim);
-    const char go = 'g';
-    if (!send_all(w->sock, &go, 1)) {
-      watched.r = Recv::eof;
-    } else {
-      watched = await_frame(w->pid, w->sock, reply, lim, watch_start);
-      // A job whose checked runs the worker does not know reports each run: the parent copies
-      // that run's outputs if it is checked, counts it, and lets the worker go on.
-      while (request.parent_snapshots && watched.r == Recv::ok && reply.rfind("{\"ran\":", 0) == 0) {
-        int t = -1;
-        try {
-          t = json::parse(reply).at("ran").get<int>();
-        } catch (const std::exception&) {
-        }
-        if (t != reported_runs || reported_runs >= most_runs) {
-          watched.r = Recv::error;  // not the next run, or more than the job allows: refused below
-          out_of_order_run = true;
-          break;
-        }
-        copy_snapshot(request, plan, buffers, t);
-        ++reported_runs;
-        reply.clear();
-        if (!send_all(w->sock, &go, 1)) {
-          watched.r = Recv::eof;
-          break;
-        }
-        watched = await_frame(w->pid, w->sock, reply, lim, watch_start);
-      }
-    }
+// Phase 1: the worker maps the job's memory (populated: every page of the tensors, the rotated
+// sets and the snapshots) and says so before it loads any code of the answer. The job's CPU time
+// is counted from the "go" that follows, so what mapping costs (it grows with the snapshots and
+// scratch buffers, and varies from job to job) is in neither the candidate's job nor the no-op's,
+// and the CPU-time bound compares the runs alone (docs/env.md "Timing"). Then the reply; a job
+// whose checked runs the worker does not know reports each run first: the parent copies that
+// run's outputs if it is checked, counts it, and lets the worker go on.
+void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& buffers, const RunRequest& request,
+                             Exchange& x) {
+  x.lim.limit_s = x.timeout_s;
+  x.lim.cpu_time = options_.cpu_time_limit;
+  x.lim.memory_limit = memory_limit_mb_ << 20;
+  x.lim.max_threads = options_.sandbox.max_threads;
+  x.lim.tensor_bytes = static_cast<int64_t>(buffers.layout().total_bytes);
+  x.most_runs = max_job_runs(request, request.rotations.size());
+  x.watched = await_frame(w.pid, w.sock, x.reply, x.lim);
+  if (x.watched.r != Recv::ok || x.reply != kMappedFrame) return;
+  x.reply.clear();
+  x.cpu_at_send = process_cpu_ms(w.pid);
+  const WatchStart watch_start = WatchStart::now(w.pid, x.lim);  // the job's limits count from its "go"
+  const char go = 'g';
+  if (!send_all(w.sock, &go, 1)) {
+    x.watched.r = Recv::eof;
+    return;
   }
-  Recv r = watched.r;
-  // The job's CPU time, read from outside: whatever the code does to the worker's own clocks,
-  // it cannot hide the CPU it used (the verifier compares it with the reported times).
-  const double cpu_at_reply = r == Recv::ok ? process_cpu_ms(w->pid) : -1;
-  {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
-    ++stats_.jobs;
-    stats_.job_s += std::chrono::duration<double>(Clock::now() - job_start).count();
-  }
-  bool dead = false;
-  if (r == Recv::ok) {
+  x.watched = await_frame(w.pid, w.sock, x.reply, x.lim, watch_start);
+  while (request.parent_snapshots && x.watched.r == Recv::ok && x.reply.rfind("{\"ran\":", 0) == 0) {
+    int t = -1;
     try {
-      const WorkerReply decoded = decode_reply(reply);
-      out = decoded.outcome;
-      // Untrusted: the answer's code shares the worker's process and may have written this frame.
-      std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
-      if (why.empty() && request.parent_snapshots && out.runs.size() != static_cast<size_t>(reported_runs))
-        why = "it lists " + std::to_string(out.runs.size()) + " runs; the worker reported " +
-              std::to_string(reported_runs) + " runs as it made them";
-      if (!why.empty()) {
-        out = RunOutcome{};
-        out.verdict = Verdict::runtime_error;
-        out.message = "the worker's reply was refused: " + why +
-                      " (code must not write to the environment's job socket)";
-        dead = true;
-      } else {
-        if (cpu_at_send >= 0 && cpu_at_reply >= cpu_at_send) out.job_cpu_ms = cpu_at_reply - cpu_at_send;
-        if (decoded.exiting) dead = true;  // retired now, never handed another job
-      }
-    } catch (const std::exception& e) {
-      out.verdict = Verdict::runtime_error;
-      out.message = std::string("the worker's reply was garbled: ") + e.what();
-      dead = true;
+      t = json::parse(x.reply).at("ran").get<int>();
+    } catch (const std::exception&) {
     }
-  } else if (out_of_order_run) {
-    kill(-w->pid, SIGKILL);
-    kill(w->pid, SIGKILL);
+    if (t != x.reported_runs || x.reported_runs >= x.most_runs) {
+      x.watched.r = Recv::error;  // not the next run, or more than the job allows: refused below
+      x.out_of_order_run = true;
+      return;
+    }
+    copy_snapshot(request, plan, buffers, t);
+    ++x.reported_runs;
+    x.reply.clear();
+    if (!send_all(w.sock, &go, 1)) {
+      x.watched.r = Recv::eof;
+      return;
+    }
+    x.watched = await_frame(w.pid, w.sock, x.reply, x.lim, watch_start);
+  }
+}
+
+// The reply frame is untrusted: the answer's code shares the worker's process and may have
+// written it. Returns true when the worker must be retired.
+bool WorkerPool::decode_checked_reply(const BoundPlan& plan, const RunRequest& request, const Exchange& x,
+                                      double cpu_at_reply, RunOutcome& out) {
+  try {
+    const WorkerReply decoded = decode_reply(x.reply);
+    out = decoded.outcome;
+    std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
+    if (why.empty() && request.parent_snapshots && out.runs.size() != static_cast<size_t>(x.reported_runs))
+      why = "it lists " + std::to_string(out.runs.size()) + " runs; the worker reported " +
+            std::to_string(x.reported_runs) + " runs as it made them";
+    if (!why.empty()) {
+      out = RunOutcome{};
+      out.verdict = Verdict::runtime_error;
+      out.message = "the worker's reply was refused: " + why + " (code must not write to the environment's job socket)";
+      return true;
+    }
+    if (x.cpu_at_send >= 0 && cpu_at_reply >= x.cpu_at_send) out.job_cpu_ms = cpu_at_reply - x.cpu_at_send;
+    return decoded.exiting;  // retired now, never handed another job
+  } catch (const std::exception& e) {
     out.verdict = Verdict::runtime_error;
-    out.message = "the worker's reply was refused: it reported run " + std::to_string(reported_runs) +
-                  " out of order or past the job's " + std::to_string(most_runs) + " runs (code must not write to the environment's job socket)";
-    dead = true;
+    out.message = std::string("the worker's reply was garbled: ") + e.what();
+    return true;
+  }
+}
+
+// No reply: the worker broke a limit, stalled, or died. Kills it where it still runs; the
+// verdict names what happened and the launch that was running.
+RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, const RunRequest& request,
+                                          const Exchange& x) {
+  RunOutcome out;
+  out.verdict = Verdict::runtime_error;
+  const Watched& watched = x.watched;
+  const Recv r = watched.r;
+  const int running = w.current_launch->load();
+  auto kill_group = [&] {
+    kill(-w.pid, SIGKILL);
+    kill(w.pid, SIGKILL);
+  };
+  if (x.out_of_order_run) {
+    kill_group();
+    out.message = "the worker's reply was refused: it reported run " + std::to_string(x.reported_runs) +
+                  " out of order or past the job's " + std::to_string(x.most_runs) +
+                  " runs (code must not write to the environment's job socket)";
   } else if (r == Recv::timeout && watched.stalled) {
-    kill(-w->pid, SIGKILL);
-    kill(w->pid, SIGKILL);
-    out.verdict = Verdict::runtime_error;
+    kill_group();
     out.message = "the worker's reply stopped after " + std::to_string(watched.bytes_read) + " of " +
                   (watched.length ? std::to_string(watched.length + 8) : std::string("at least 8")) +
                   " bytes and was refused (code must not write to the environment's job socket)";
-    dead = true;
   } else if (r == Recv::timeout && watched.threads > 0) {
-    int running = w->current_launch->load();
-    kill(-w->pid, SIGKILL);
-    kill(w->pid, SIGKILL);
-    out.verdict = Verdict::runtime_error;
+    kill_group();
     out.failed_launch = running;
     out.message = "the code started " + std::to_string(watched.threads) + " threads, more than the worker's limit of " +
                   std::to_string(options_.sandbox.max_threads) + ", and was stopped" + launch_text(plan, running);
-    dead = true;
   } else if (r == Recv::timeout && watched.over_memory) {
-    int running = w->current_launch->load();
-    kill(-w->pid, SIGKILL);
-    kill(w->pid, SIGKILL);
-    out.verdict = Verdict::runtime_error;
+    kill_group();
     out.failed_launch = running;
     out.message = "the code used more than " + std::to_string(memory_limit_mb_) +
                   " MB of memory beyond its tensors (the worker's limit, env.worker_memory_mb) and was stopped" +
                   launch_text(plan, running);
-    dead = true;
   } else if (r == Recv::timeout) {
-    int running = w->current_launch->load();
-    kill(w->pid, SIGKILL);
+    kill(w.pid, SIGKILL);
     out.verdict = Verdict::timeout;
     out.failed_launch = running;
     auto g = [](double v) {
@@ -1065,42 +1065,74 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       std::snprintf(b, sizeof b, "%g", v);
       return std::string(b);
     };
-    const std::string secs = !options_.cpu_time_limit ? g(timeout_s) + " s"
-                             : watched.cpu_limited    ? g(timeout_s) + " s of CPU time"
-                                                      : g(std::max(3 * timeout_s, timeout_s + 30)) +
+    const double t = x.timeout_s;
+    const std::string secs = !options_.cpu_time_limit ? g(t) + " s"
+                             : watched.cpu_limited    ? g(t) + " s of CPU time"
+                                                      : g(std::max(3 * t, t + 30)) +
                                                  " s of wall time (it was not computing: sleeping or blocked?)";
-    out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " did not finish within " + secs +
-                  (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
+    out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " did not finish within " +
+                  secs + (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
                   " (an infinite loop or far too much work)";
-    dead = true;
   } else {
-    int running = w->current_launch->load();
-    close(w->sock);
-    w->sock = -1;
-    const int st = wait_status(*w);
-    out.verdict = Verdict::runtime_error;
+    close(w.sock);
+    w.sock = -1;
+    const int st = wait_status(w);
     out.failed_launch = running;
     if (WIFSIGNALED(st)) {
       out.message = "the code crashed with " + signal_text(WTERMSIG(st)) + launch_text(plan, running);
-      if (memory_flag_of(w->current_launch)->load() != 0)
+      if (memory_flag_of(w.current_launch)->load() != 0)
         out.message += ", after its memory ran out: an allocation past the worker's memory limit of " +
                        std::to_string(memory_limit_mb_) + " MB beyond its tensors (env.worker_memory_mb) returned NULL";
-    } else if (WIFEXITED(st))
-      out.message = "the process exited with status " + std::to_string(WEXITSTATUS(st)) +
-                    launch_text(plan, running) + " (the code must not call exit)";
-    else
+    } else if (WIFEXITED(st)) {
+      out.message = "the process exited with status " + std::to_string(WEXITSTATUS(st)) + launch_text(plan, running) +
+                    " (the code must not call exit)";
+    } else {
       out.message = "the worker process was lost" + launch_text(plan, running);
-    dead = true;
+    }
   }
+  return out;
+}
+
+RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, SharedBuffers& buffers,
+                           const RunRequest& request) {
+  // 1. A worker: a ready one, or one started for this job.
+  const size_t slot = acquire_slot();
+  std::unique_ptr<Worker> w = checkout(slot);
+  // 2. The job. A reference job may be the first LibTorch CUDA work of its worker (library
+  // start-up, cuBLAS handle, TorchScript compile): it gets kReferenceStartupS more than a
+  // candidate's job.
+  Exchange x;
+  x.timeout_s = options_.run_timeout_s > 0 && request.reference ? options_.run_timeout_s + kReferenceStartupS
+                                                                 : options_.run_timeout_s;
+  send_job(slot, w, artifact, plan, buffers, request, x);
+  // 3. The reply, watched (CPU, wall time, memory, threads).
+  await_reply(*w, plan, buffers, request, x);
+  // The job's CPU time, read from outside: whatever the code does to the worker's own clocks, it
+  // cannot hide the CPU it used (the verifier compares it with the reported times).
+  const double cpu_at_reply = x.watched.r == Recv::ok ? process_cpu_ms(w->pid) : -1;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    ++stats_.jobs;
+    stats_.job_s += std::chrono::duration<double>(Clock::now() - x.start).count();
+  }
+  // 4. The outcome: the checked reply, or what stopped the worker.
+  RunOutcome out;
+  bool dead = true;
+  if (x.watched.r == Recv::ok)
+    dead = decode_checked_reply(plan, request, x, cpu_at_reply, out);
+  else
+    out = failed_job_outcome(*w, plan, request, x);
+  // 5. The worker back to its slot, or retired and replaced in the background (the caller goes
+  // on at once).
   ++w->jobs;
   if (dead || (options_.max_jobs_per_worker > 0 && w->jobs >= options_.max_jobs_per_worker)) {
     retire(*w, true);
     ++replacements_;
     w.reset();
-    release(nullptr, true);  // replaced in the background: the caller goes on at once
+    release_slot(slot, nullptr, true);
     return out;
   }
-  release(std::move(w));
+  release_slot(slot, std::move(w));
   return out;
 }
 

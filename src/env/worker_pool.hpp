@@ -115,6 +115,27 @@ class WorkerPool {
   int wait_status(Worker& w);  ///< reaps a dead (or killed) worker: its wait status
   void retire(Worker& w, bool kill_first);
 
+  // run()'s steps (worker_pool.cpp).
+  struct Exchange;  ///< one job's exchange with its worker
+  /// Waits for a free slot (a ready worker first) and marks it busy.
+  size_t acquire_slot();
+  /// Returns `slot` to the pool: with a live worker, or empty for the background thread to fill
+  /// (`refill`: a ready spare takes its place at once when there is one), or for the next run().
+  void release_slot(size_t slot, std::unique_ptr<Worker> w, bool refill = false);
+  /// The slot's worker, started when the slot is empty; the slot is released if that throws.
+  std::unique_ptr<Worker> checkout(size_t slot);
+  /// Sends the job (its memory and artifact as open descriptors); a worker that died while idle is
+  /// replaced once. Throws leap::Error (slot released) when a fresh worker cannot take it either.
+  void send_job(size_t slot, std::unique_ptr<Worker>& w, const Artifact& artifact, const BoundPlan& plan,
+                SharedBuffers& buffers, const RunRequest& request, Exchange& x);
+  /// The mapped / go / per-run exchange up to the reply frame, under the job's limits.
+  void await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& buffers, const RunRequest& request, Exchange& x);
+  /// Decodes and checks the (untrusted) reply into `out`; true when the worker must be retired.
+  bool decode_checked_reply(const BoundPlan& plan, const RunRequest& request, const Exchange& x, double cpu_at_reply,
+                            RunOutcome& out);
+  /// The outcome of a job that ended without a reply (limit, stall, crash); kills the worker.
+  RunOutcome failed_job_outcome(Worker& w, const BoundPlan& plan, const RunRequest& request, const Exchange& x);
+
   std::shared_ptr<Backend> backend_;
   PoolOptions options_;
   mutable std::mutex mutex_;

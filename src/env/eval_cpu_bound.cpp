@@ -1,0 +1,185 @@
+// The CPU-time bound on a cpu candidate's reported times (env/evaluation.hpp; the constants and
+// arithmetic: env/cpu_time_bound.hpp; docs/env.md "Timing").
+//
+// On the cpu backend the candidate's code runs in the worker that times it, so it can reach the
+// timer (patch the clock, do its work outside its timed calls, rewrite the reported times). What
+// it cannot reach is the CPU time the kernel counts for the worker, read from outside
+// (RunOutcome::job_cpu_ms). The same job with a no-op in place of the candidate measures what a
+// job costs besides the candidate's calls; what the candidate's job used beyond that, per run, is
+// the candidate's own CPU time. When it exceeds kCpuBoundFactor x threads x the median reported
+// time (plus kCpuBoundSlackMs per job), the reported times are not the code's: the candidate is
+// timed by its CPU time instead (divided by the threads it may use) and flagged.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <shared_mutex>
+
+#include "env/evaluation.hpp"
+
+namespace leap::env {
+
+namespace {
+
+/// The bound resolves a forged time only when the candidate's calls make up most of a job's CPU:
+/// with 23 runs of a 3-us kernel the slack alone is 87 us a run, so a time forged 5x passed. A
+/// timing job whose runs' reported times sum to less than kResolveMs is therefore followed by a
+/// check job: the same code for a fixed number of runs whose reported times would sum to
+/// kResolveMs (the slack is then at most a quarter of the reported time a run), every run checked,
+/// the exact run count required, and a no-op baseline of the same count. At most kResolveMaxRuns
+/// runs, as many as fit kResolveSnapshotBytes of snapshots, and as many as the parent can check
+/// with kResolveReferenceMs of reference time.
+constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
+constexpr int kResolveMaxRuns = 4096;
+constexpr size_t kResolveSnapshotBytes = size_t(128) << 20;
+constexpr double kResolveReferenceMs = 250;
+/// Check results kept per verifier (CpuUse) before the table starts over.
+constexpr size_t kMaxCpuChecks = 100000;
+
+}  // namespace
+
+void Evaluation::prepare_cpu_bound() {
+  // The no-op is compiled before anything is timed (a compile just before a timing window made
+  // that timing measurably different), once per plan shape (cached by the compile cache).
+  if (reference_on_device_) noop_ = v_.backend_->compile(noop_source(plan_), plan_);
+  // What a CPU-time check job measured is a property of the code, its plan and the task (the same
+  // program costs the same CPU a run): kept per verifier, so an answer graded again (RL samples
+  // repeat) is bounded by it without another check job.
+  check_key_ = comp_.artifact.key + '\0' + ans_.plan_yaml + '\0' + task_.spec().name + '\0' + task_.spec().hash + '\0' +
+               std::to_string(o_.threads);
+}
+
+// The no-op's job runs just before the candidate's (outside the timing window, as a correctness
+// run): each candidate timing then follows a job of the same shapes (a timing right after one ran
+// measurably faster than a first one, by the state of the memory it leaves).
+RunOutcome Evaluation::run_baseline(bool strict, int fixed_runs) {
+  RunOutcome base;
+  if (!noop_ || !noop_->ok) return base;  // (set on the cpu backend only)
+  std::shared_lock<DeviceLock> shared(v_.device_lock_);  // like a correctness run: never inside a timing window
+  return retry_once_on_infra(
+      [&](int) {
+        TimingJob job = prepare_job(strict, fixed_runs);
+        return v_.pool_->run(noop_->artifact, job.plan, *job.buf, job.request);
+      },
+      infra_retries_);
+}
+
+CpuUse Evaluation::cpu_use_of(const RunOutcome& base, const RunOutcome& cand) const {
+  return env::cpu_use(base, cand, noop_ && noop_->ok, run_failure_text(base));
+}
+
+bool Evaluation::cpu_over(const CpuUse& use, double reported) const {
+  return reference_on_device_ && env::cpu_over(use, reported, std::max(1, o_.threads));
+}
+
+// `reported` is the timing job's median reported time (what the speedup reads, so what is
+// bounded); `use` the CPU of that job or of its CPU-time check job.
+void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& cand_ms) {
+  if (!reference_on_device_ || use.runs <= 0) return;
+  const int threads = std::max(1, o_.threads);
+  const double own = use.own_ms;
+  const std::string& why = use.why;
+  ok_.details["cpu_ms_per_run"] = fmt_num(own);
+  ok_.details["cpu_noop_ms_per_run"] = fmt_num(use.noop_ms);
+  if (!cpu_over(use, reported)) {
+    if (!why.empty()) ok_.details["cpu_bound_baseline"] = why;  // closed, but within the bound anyway
+    return;
+  }
+  ok_.suspicious = true;
+  ok_.details["cpu_bound"] = "the job used " + fmt_ms(own) + " ms of CPU per run against a reported median of " +
+                             fmt_ms(reported) + " ms" + why;
+  if (std::isfinite(own)) cand_ms = std::max(cand_ms, own / static_cast<double>(threads));
+  cpu_note_ = "\nnote: the timing job used " + fmt_ms(own) + " ms of CPU time per run beyond a no-op's" + why +
+              ", against a median of " + fmt_ms(reported) + " ms reported by the timed calls: the code ran outside " +
+              "its timed calls or altered the timer, so it is timed by its CPU time (" + fmt_ms(cand_ms) + " ms) and flagged";
+}
+
+// A CPU-time check job: the code for exactly `n` runs (every one checked; see prepare_job) between
+// two no-op jobs of the same count (the lower no-op counts: cpu_merge); `use` gets the code's own
+// CPU a run, `seconds` the wall time. A job that makes other than the runs it was asked for
+// changed the environment's run loop.
+std::optional<EvalResult> Evaluation::cpu_check(bool strict, int n, CpuUse& use, double& seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  const RunOutcome base = run_baseline(strict, n);
+  TimingJob job;
+  retry_once_on_infra(
+      [&](int) {
+        job = prepare_job(strict, n);
+        std::shared_lock<DeviceLock> shared(v_.device_lock_);
+        job.run = v_.pool_->run(comp_.artifact, job.plan, *job.buf, job.request);
+        return job.run;
+      },
+      infra_retries_);
+  if (job.run.verdict == Verdict::infra_error)
+    return infra(job.run.message + " (twice) [during the CPU-time check runs, after passing the correctness checks]");
+  if (job.run.ok()) {  // every run it was asked for, in order: none left unchecked
+    bool whole = job.run.runs.size() == static_cast<size_t>(n) &&
+                 job.run.times_ms.size() == static_cast<size_t>(job.request.trials);
+    for (size_t t = 0; whole && t < job.run.runs.size(); ++t) whole = job.run.runs[t] == static_cast<int>(t);
+    if (!whole)
+      return fail(Verdict::runtime_error, "the CPU-time check job made " + std::to_string(job.run.runs.size()) +
+                                              " of the " + std::to_string(n) +
+                                              " runs it was asked for: the code changed the environment's run loop");
+  }
+  Timed unused;
+  if (auto bad = verify_job(job, unused)) return bad;
+  use = cpu_merge(cpu_use_of(base, job.run), cpu_use_of(run_baseline(strict, n), job.run));
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::nullopt;
+}
+
+// CPU-time check jobs (kResolveMs): a short kernel's job is too small for the bound to see a
+// forged time, so the same code runs again for enough runs that it does (outside the timing
+// window: CPU time does not depend on other load); its CPU, not the timing job's, is bounded. Its
+// times are not used. A bound that trips is measured once more, and the lower of each side's CPU
+// a run is bounded (cpu_merge): a burst of machine noise in one job (once 7.6 ms of CPU in a
+// 16-ms job here) is gone from the second; a forged time trips both.
+std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJob& job, double reported,
+                                                      double ref_ms, CpuUse& use) {
+  if (!(noop_ && noop_->ok && reference_on_device_)) return std::nullopt;
+  const int main_runs = static_cast<int>(job.run.runs.size());
+  // How many runs a CPU-time check job may make: kResolveMaxRuns, the snapshot memory, the
+  // reference time the parent spends checking them.
+  double cap = static_cast<double>(kResolveMaxRuns);
+  cap = std::min(cap, static_cast<double>(kResolveSnapshotBytes / std::max<size_t>(1, out_bytes_)));
+  cap = std::min(cap, std::floor(kResolveReferenceMs / std::max(ref_ms, 1e-6)));
+  const int max_check_runs = static_cast<int>(std::max(0.0, cap));
+  const bool short_job = reported * main_runs < kResolveMs;
+  const int n_resolve =
+      static_cast<int>(std::min<double>(std::ceil(kResolveMs / std::max(reported, 1e-6)), max_check_runs));
+  bool cached = false;
+  int checks = 0;
+  double check_s = 0;
+  if (short_job || cpu_over(use, reported)) {
+    std::lock_guard<std::mutex> lock(v_.cpu_checks_mutex_);
+    if (auto it = v_.cpu_checks_.find(check_key_); it != v_.cpu_checks_.end()) use = it->second, cached = true;
+  }
+  if (cached) {
+    ok_.details["cpu_check_cached"] = "1";
+  } else {
+    if (short_job && n_resolve > main_runs) {
+      if (auto bad = cpu_check(strict, n_resolve, use, check_s)) return bad;
+      ++checks;
+    }
+    const int n_again = checks ? n_resolve : std::min(main_runs, max_check_runs);
+    if (cpu_over(use, reported) && n_again > 0) {
+      CpuUse again;
+      if (auto bad = cpu_check(strict, n_again, again, check_s)) return bad;
+      use = cpu_merge(use, again);
+      ++checks;
+    }
+    if (checks) {
+      ok_.details["cpu_check_jobs"] = std::to_string(checks);
+      ok_.details["cpu_check_s"] = fmt_num(check_s);
+      if (use.why.empty() && std::isfinite(use.own_ms)) {
+        std::lock_guard<std::mutex> lock(v_.cpu_checks_mutex_);
+        if (v_.cpu_checks_.size() >= kMaxCpuChecks) v_.cpu_checks_.clear();
+        v_.cpu_checks_[check_key_] = use;
+      }
+    }
+  }
+  if (cached || checks) ok_.details["cpu_check_runs"] = std::to_string(use.runs);
+  return std::nullopt;
+}
+
+}  // namespace leap::env

@@ -1,0 +1,180 @@
+// A timing job of the candidate (env/evaluation.hpp; docs/env.md "Timing"): several input sets
+// rotated; every run starts from poisoned outputs and from inputs rewritten at secret positions
+// (env/input_rewrite.hpp); the outputs of each set's last run and of runs drawn at random (every
+// run when strict, or when cheap) are checked against the reference on exactly the inputs that
+// run was given.
+#include <algorithm>
+#include <random>
+
+#include "env/evaluation.hpp"
+#include "env/input_rewrite.hpp"
+#include "env/timing_schedule.hpp"
+#include "env/reference.hpp"
+#include "util/hash.hpp"
+
+namespace leap::env {
+
+namespace {
+
+/// Every run of a timing job is checked when its snapshots fit in this many bytes and the
+/// reference runs here on the CPU (cheap to run once per run); otherwise `checked_runs` drawn at
+/// random plus each set's last run.
+constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
+
+/// A fresh secret for a job: its rewrite positions and checked runs, unknown to the candidate.
+uint64_t fresh_secret(const std::string& artifact_key) {
+  std::random_device rd;
+  uint64_t secret = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ util::fnv1a64(artifact_key);
+  return secret == 0 ? 1 : secret;
+}
+
+}  // namespace
+
+void Evaluation::plan_timing() {
+  const int R = o_.timing_sets;
+  for (int r = 0; r < R; ++r) set_inputs_.push_back(make_inputs(task_, input_seed(task_, o_.seed, o_.seeds + r), -1));
+  // Rewritten (block copies): every input but fixed values (the problem's weights). Perturbed as
+  // well, on the cpu backend: every element of a normal floating input changes a little for each
+  // run (env/input_rewrite.hpp perturb_input), unless it must keep its declared distribution
+  // exactly (`strict`), so code that keeps the last inputs and recomputes only what changed has
+  // nothing left to skip. (Uniform inputs, whose bounds a perturbation could cross, and the cuda
+  // backend: block rewrites only.)
+  for (size_t i = 0; i < n_in_; ++i) {
+    const tasks::InitSpec& init = task_.spec().inputs[i].init;
+    if (init.kind != tasks::InitSpec::Kind::file) rewrite_inputs_.push_back(static_cast<int>(i));
+    const DType dt = bound_.tensors[i].dtype;
+    const bool floating = dt == DType::float32 || dt == DType::float64 || dt == DType::float16 || dt == DType::bfloat16;
+    const bool unbounded = init.kind == tasks::InitSpec::Kind::normal || init.kind == tasks::InitSpec::Kind::none;
+    if (reference_on_device_ && floating && unbounded && !init.strict) perturb_inputs_.push_back(static_cast<int>(i));
+  }
+  planned_runs_ = std::max(std::max(0, o_.warmup) + o_.trials, R);
+  // The most runs a job can make without warmup_ms (trials go on to min_timed_ms, at most 100 x).
+  max_runs_ = std::max(std::max(0, o_.warmup) + (o_.min_timed_ms > 0 ? 100 : 1) * std::max(1, o_.trials), R);
+  for (size_t j = 0; j < n_out_; ++j) out_bytes_ += bound_.tensors[n_in_ + j].bytes();
+}
+
+TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
+  const int R = o_.timing_sets;
+  TimingJob job;
+  BoundPlan& tplan = job.plan;
+  tplan = bound_;
+  job.rotations = add_rotated_sets(tplan, n_in_ + n_out_, R);
+  const uint64_t secret = fresh_secret(comp_.artifact.key);
+  std::mt19937_64 pick(secret);
+  const size_t budget = std::max<size_t>(size_t(256) << 20, 2 * out_bytes_);  // snapshot memory
+  // Every run, where that is cheap: code that computes only the runs it guesses are checked
+  // (or reads which ones from its own process's memory) then fails on any other.
+  const bool every_run =
+      fixed_runs > 0 ||
+      (reference_on_device_ && static_cast<size_t>(max_runs_) * std::max<size_t>(1, out_bytes_) <= kCheckEveryRunBytes);
+  const int n_runs = fixed_runs > 0 ? fixed_runs : every_run ? max_runs_ : planned_runs_;
+  std::vector<int> runs(static_cast<size_t>(n_runs));
+  for (int t = 0; t < n_runs; ++t) runs[static_cast<size_t>(t)] = t;
+  std::shuffle(runs.begin(), runs.end(), pick);
+  size_t n_checked =
+      strict || every_run ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, o_.checked_runs)));
+  n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes_));
+  RunRequest& treq = job.request;
+  treq = timing_request(o_, job.rotations);
+  if (fixed_runs > 0) {
+    treq.warmup = std::min(std::max(0, o_.warmup), fixed_runs - 1);
+    treq.trials = fixed_runs - treq.warmup;
+    treq.min_timed_ms = 0;
+    treq.warmup_ms = 0;
+    treq.max_seconds = 0;
+  }
+  treq.rewrite_seed = secret;
+  treq.rewrite_inputs = rewrite_inputs_;
+  treq.perturb_inputs = perturb_inputs_;
+  // Only some runs checked (outputs too large to keep every run's): on the cpu backend the
+  // parent makes the copies, so code in the worker cannot read which runs are checked, and the
+  // parent counts the runs made (WorkerPool, RunRequest::parent_snapshots).
+  treq.parent_snapshots = reference_on_device_ && !every_run;
+  std::sort(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(n_checked));  // snapshot_for_run's order
+  for (size_t k = 0; k < n_checked; ++k) {
+    Snapshot snap;
+    snap.run = runs[k];
+    for (size_t j = 0; j < n_out_; ++j) {
+      BoundTensor copy = bound_.tensors[n_in_ + j];
+      copy.name += "@run" + std::to_string(snap.run);
+      snap.copies.emplace_back(static_cast<int>(n_in_ + j), static_cast<int>(tplan.tensors.size()));
+      tplan.tensors.push_back(copy);
+    }
+    treq.snapshots.push_back(std::move(snap));
+  }
+  job.buf = std::make_unique<SharedBuffers>(tplan.tensors);
+  SharedBuffers& tbuf = *job.buf;
+  for (int r = 0; r < R; ++r) {
+    const auto& rot = job.rotations[static_cast<size_t>(r)];
+    for (size_t i = 0; i < n_in_; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs_[static_cast<size_t>(r)][i]);
+    for (size_t j = 0; j < n_out_; ++j) prefill_output(tbuf, static_cast<size_t>(rot[n_in_ + j]), bound_.tensors[n_in_ + j]);
+  }
+  for (const Snapshot& snap : treq.snapshots)
+    for (const auto& [pos, dst] : snap.copies)
+      prefill_output(tbuf, static_cast<size_t>(dst), bound_.tensors[static_cast<size_t>(pos)]);
+  return job;
+}
+
+std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& out) {
+  const int R = o_.timing_sets;
+  const RunOutcome& run = job.run;
+  const RunRequest& treq = job.request;
+  const SharedBuffers& tbuf = *job.buf;
+  const auto& rotations = job.rotations;
+  const uint64_t secret = treq.rewrite_seed;
+  if (!run.ok())
+    return fail(run.verdict, run_failure_text(run) + " [during the timing runs, after passing the correctness checks]");
+  if (run.times_ms.empty() || run.runs.empty()) return fail(Verdict::runtime_error, "internal: the timing job made no runs");
+
+  // Replay the rewrites on copies of the sets, run by run, and check what the checked runs and
+  // each set's last run returned against the reference on the same inputs.
+  std::vector<RewriteTarget> targets;
+  for (int p : rewrite_inputs_) {
+    const BoundTensor& bt = bound_.tensors[static_cast<size_t>(p)];
+    if (bt.numel() >= 2)
+      targets.push_back(RewriteTarget{p, static_cast<size_t>(bt.numel()), bt.bytes() / static_cast<size_t>(bt.numel())});
+  }
+  std::vector<std::vector<torch::Tensor>> state(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r)
+    for (const auto& x : set_inputs_[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
+  std::vector<int> last_run(static_cast<size_t>(R), -1);
+  for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
+  const std::string total_text = std::to_string(run.runs.size());
+  int ordinal = 0;
+  for (int t : run.runs) {
+    ++ordinal;
+    const size_t set = static_cast<size_t>(t % R);
+    std::vector<void*> ptrs;
+    for (auto& x : state[set]) ptrs.push_back(x.data_ptr());
+    apply_rewrites(input_rewrites(secret, t, targets), ptrs);
+    for (int p : treq.perturb_inputs) {
+      const BoundTensor& bt = bound_.tensors[static_cast<size_t>(p)];
+      perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()));
+    }
+    const Snapshot* snap = snapshot_for_run(treq, t);
+    if (!snap || t == last_run[set]) continue;  // the last run of a set is checked below
+    std::vector<int> index = rotations[set];
+    for (const auto& [pos, dst] : snap->copies) index[static_cast<size_t>(pos)] = dst;
+    if (auto bad = check_outputs(tbuf, index, state[set], reference(state[set]),
+                                 "on timed call " + std::to_string(ordinal) + " of " + total_text + " (input set " +
+                                     std::to_string(set + 1) + " of " + std::to_string(R) +
+                                     "; the inputs change between calls, so every call must compute its result from "
+                                     "the inputs it is given: a result kept from an earlier call is stale)",
+                                 false)) {
+      bad->details["timed_call"] = std::to_string(ordinal);
+      return bad;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const auto& in = state[static_cast<size_t>(r)];
+    if (auto bad = check_outputs(tbuf, rotations[static_cast<size_t>(r)], in, reference(in),
+                                 "after the timing loop (input set " + std::to_string(r + 1) + " of " +
+                                     std::to_string(R) + "; results must not depend on earlier calls)"))
+      return bad;
+  }
+  out.ms = median(run.times_ms);
+  out.n = static_cast<int>(run.times_ms.size());
+  return std::nullopt;
+}
+
+}  // namespace leap::env
