@@ -1,11 +1,12 @@
 #include "model/generate.hpp"
 
-#include <ATen/autocast_mode.h>
 
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
 
+#include "model/autocast.hpp"
 #include "model/stream_decoder.hpp"
 #include "util/error.hpp"
 
@@ -52,107 +53,184 @@ std::pair<torch::Tensor, torch::Tensor> sample_next(const torch::Tensor& logits,
   return {next, lp};
 }
 
-std::vector<Completion> generate(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
-                                 const SamplingParams& params, const Tokenizer* tok) {
-  torch::NoGradGuard ng;
+namespace {
+
+/// The prompts left-padded into one batch: ids and attention mask [B, P] int64 on the model's
+/// device, each row's next position, and whether any row is padded.
+struct PromptBatch {
+  torch::Tensor ids, attention_mask;
+  std::vector<int64_t> next_pos;
+  int64_t P = 0;
+  bool padded = false;
+};
+
+/// Checks the prompts (non-empty, every id in the vocabulary of `V`) and left-pads them.
+/// Throws ModelError naming the problem.
+PromptBatch left_pad(const std::vector<std::vector<int64_t>>& prompts, int64_t V, const torch::Device& dev) {
   const int64_t B = static_cast<int64_t>(prompts.size());
-  std::vector<Completion> out(B);
-  if (B == 0 || params.max_new_tokens <= 0) return out;
-  if (!params.stop_strings.empty() && tok == nullptr)
-    throw ModelError("generate: stop strings need a tokenizer");
   int64_t P = 0, minlen = std::numeric_limits<int64_t>::max();
   for (const auto& pr : prompts) {
     if (pr.empty()) throw ModelError("generate: empty prompt");
     P = std::max<int64_t>(P, pr.size());
     minlen = std::min<int64_t>(minlen, pr.size());
   }
-  const auto dev = model->device();
-  const int64_t V = model->config().vocab_size;
   for (const auto& pr : prompts)
     for (auto t : pr)
       if (t < 0 || t >= V) throw ModelError("generate: token id " + std::to_string(t) + " outside the vocabulary");
-
+  PromptBatch pb;
   auto ids = torch::zeros({B, P}, torch::kInt64);
   auto am = torch::zeros({B, P}, torch::kInt64);
-  std::vector<int64_t> next_pos(B);
+  pb.next_pos.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = prompts[b].size();
     auto a = ids[b];
     for (int64_t i = 0; i < n; ++i) a[P - n + i] = prompts[b][i];
     am[b].narrow(0, P - n, n).fill_(1);
-    next_pos[b] = n;
+    pb.next_pos[b] = n;
   }
-  ids = ids.to(dev);
-  am = am.to(dev);
-  const bool padded = minlen != P;
-  const int64_t total = P + params.max_new_tokens;
-  // The compute dtype: autocast on the model's device type for every forward below, and a KV
-  // cache of that dtype.
-  const bool cast = params.compute_dtype != c10::ScalarType::Undefined && params.compute_dtype != model->dtype();
-  const c10::DeviceType dtype_dev = dev.type();
-  const bool was_on = at::autocast::is_autocast_enabled(dtype_dev);
-  const c10::ScalarType was_dtype = at::autocast::get_autocast_dtype(dtype_dev);
-  struct Restore {
-    bool active;
-    c10::DeviceType d;
-    bool on;
-    c10::ScalarType t;
-    ~Restore() {
-      if (!active) return;
-      at::autocast::set_autocast_enabled(d, on);
-      at::autocast::set_autocast_dtype(d, t);
-      at::autocast::clear_cache();
+  pb.ids = ids.to(dev);
+  pb.attention_mask = am.to(dev);
+  pb.P = P;
+  pb.padded = minlen != P;
+  return pb;
+}
+
+/// Rows that share a prompt (share_prefill): prefilled once. unique_of[b] is row b's distinct
+/// prompt, unique_rows[u] the first row holding prompt u.
+struct PrefillGroups {
+  std::vector<int64_t> unique_of, unique_rows;
+  bool shared() const { return unique_rows.size() < unique_of.size(); }
+};
+
+PrefillGroups group_prompts(const std::vector<std::vector<int64_t>>& prompts, bool share_prefill) {
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  PrefillGroups g;
+  g.unique_of.resize(static_cast<size_t>(B));
+  std::map<std::vector<int64_t>, int64_t> seen;
+  for (int64_t b = 0; b < B; ++b) {
+    auto [it, fresh] = seen.emplace(share_prefill ? prompts[b] : std::vector<int64_t>{b}, 0);
+    if (fresh) {
+      it->second = static_cast<int64_t>(g.unique_rows.size());
+      g.unique_rows.push_back(b);
     }
-  } restore{cast, dtype_dev, was_on, was_dtype};
-  if (cast) {
-    at::autocast::set_autocast_enabled(dtype_dev, true);
-    at::autocast::set_autocast_dtype(dtype_dev, params.compute_dtype);
+    g.unique_of[b] = it->second;
   }
-  // Prefill: each distinct prompt once, then every row gets a copy of its prompt's cache rows.
-  std::vector<int64_t> unique_of(B), unique_rows;
-  {
-    std::map<std::vector<int64_t>, int64_t> seen;
-    for (int64_t b = 0; b < B; ++b) {
-      auto [it, fresh] = seen.emplace(params.share_prefill ? prompts[b] : std::vector<int64_t>{b}, 0);
-      if (fresh) {
-        it->second = static_cast<int64_t>(unique_rows.size());
-        unique_rows.push_back(b);
-      }
-      unique_of[b] = it->second;
+  return g;
+}
+
+/// Prefill: each distinct prompt once into `cache` (made for the distinct prompts), then every
+/// row gets a copy of its prompt's cache rows. Returns the last position's logits [B, V] fp32.
+torch::Tensor prefill(Transformer& model, const PromptBatch& pb, const PrefillGroups& g, const torch::Tensor& key_mask,
+                      KVCache& cache) {
+  const auto dev = model->device();
+  const int64_t P = pb.P;
+  if (!g.shared()) {
+    auto hidden = model->forward(pb.ids, positions_from_mask(pb.attention_mask),
+                                 pb.padded ? key_mask.narrow(1, 0, P) : torch::Tensor(), &cache);
+    return model->logits(hidden.select(1, P - 1)).to(torch::kFloat32);
+  }
+  auto pick = torch::tensor(g.unique_rows, torch::kInt64).to(dev);
+  auto uam = pb.attention_mask.index_select(0, pick);
+  auto hidden = model->forward(pb.ids.index_select(0, pick), positions_from_mask(uam),
+                               pb.padded ? key_mask.narrow(1, 0, P).index_select(0, pick) : torch::Tensor(), &cache);
+  auto expand = torch::tensor(g.unique_of, torch::kInt64).to(dev);
+  cache.select_rows(expand);
+  return model->logits(hidden.select(1, P - 1)).to(torch::kFloat32).index_select(0, expand);
+}
+
+/// Appends token `t` (log-prob `lp`) to `c`; returns true when `c` is finished: a stop string in
+/// its text (`dec` given), a stop token, or the last step. `max_stop_len`: the longest stop string.
+bool append_token(Completion& c, int64_t t, float lp, StreamDecoder* dec, const SamplingParams& params,
+                  size_t max_stop_len, bool last_step) {
+  c.tokens.push_back(t);
+  c.logprobs.push_back(lp);
+  if (dec) {
+    const std::string piece = dec->push(static_cast<TokenId>(t));
+    const size_t from = c.text.size() > max_stop_len ? c.text.size() - max_stop_len : 0;
+    c.text += piece;
+    bool stopped = false;
+    if (!piece.empty())
+      for (const auto& s : params.stop_strings)
+        if (!s.empty() && c.text.find(s, from) != std::string::npos) stopped = true;
+    if (stopped) {
+      c.finish = FinishReason::StopString;
+      return true;
     }
   }
-  const int64_t U = static_cast<int64_t>(unique_rows.size());
-  const bool shared = U < B;
+  if (std::find(params.stop_ids.begin(), params.stop_ids.end(), t) != params.stop_ids.end()) {
+    c.finish = FinishReason::StopToken;
+    return true;
+  }
+  if (last_step) {
+    c.finish = FinishReason::Length;
+    return true;
+  }
+  return false;
+}
+
+/// The rows still decoding: batch row -> original prompt index, and each row's next position.
+struct ActiveRows {
+  std::vector<int64_t> index, next_pos;
+};
+
+/// Keeps only batch rows `keep` of the cache, the next tokens [rows], the key mask and `rows`.
+void keep_rows(const std::vector<int64_t>& keep, const torch::Device& dev, KVCache& cache, torch::Tensor& next,
+               torch::Tensor& key_mask, ActiveRows& rows) {
+  auto pick = torch::tensor(keep, torch::kInt64).to(dev);
+  cache.select_rows(pick);
+  next = next.index_select(0, pick);
+  if (key_mask.defined()) key_mask = key_mask.index_select(0, pick);
+  ActiveRows kept;
+  for (auto r : keep) {
+    kept.index.push_back(rows.index[r]);
+    kept.next_pos.push_back(rows.next_pos[r]);
+  }
+  rows = std::move(kept);
+}
+
+}  // namespace
+
+std::vector<Completion> generate(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
+                                 const SamplingParams& params, const Tokenizer* tok) {
+  torch::NoGradGuard ng;
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  std::vector<Completion> out(B);
+  if (B == 0 || params.max_new_tokens <= 0) return out;
+  if (!params.stop_strings.empty() && tok == nullptr) throw ModelError("generate: stop strings need a tokenizer");
+  const auto dev = model->device();
+
+  // 1. The batch: prompts left-padded, a key mask over prompt and completion when padded.
+  PromptBatch pb = left_pad(prompts, model->config().vocab_size, dev);
+  const int64_t total = pb.P + params.max_new_tokens;
   torch::Tensor key_mask;
-  if (padded) {
+  if (pb.padded) {
     key_mask = torch::ones({B, total}, torch::TensorOptions().dtype(torch::kBool).device(dev));
-    key_mask.narrow(1, 0, P).copy_(am.to(torch::kBool));
-  }
-  KVCache cache = model->make_cache(U, total, cast ? params.compute_dtype : c10::ScalarType::Undefined);
-  torch::Tensor logits;
-  if (shared) {
-    auto pick = torch::tensor(unique_rows, torch::kInt64).to(dev);
-    auto uam = am.index_select(0, pick);
-    auto hidden = model->forward(ids.index_select(0, pick), positions_from_mask(uam),
-                                 padded ? key_mask.narrow(1, 0, P).index_select(0, pick) : torch::Tensor(), &cache);
-    auto expand = torch::tensor(unique_of, torch::kInt64).to(dev);
-    cache.select_rows(expand);
-    logits = model->logits(hidden.select(1, P - 1)).to(torch::kFloat32).index_select(0, expand);
-  } else {
-    auto hidden = model->forward(ids, positions_from_mask(am), padded ? key_mask.narrow(1, 0, P) : torch::Tensor(), &cache);
-    logits = model->logits(hidden.select(1, P - 1)).to(torch::kFloat32);
+    key_mask.narrow(1, 0, pb.P).copy_(pb.attention_mask.to(torch::kBool));
   }
 
+  // 2. The compute dtype: autocast on the model's device type for every forward below, and a KV
+  // cache of that dtype.
+  const bool cast = params.compute_dtype != c10::ScalarType::Undefined && params.compute_dtype != model->dtype();
+  std::optional<AutocastScope> autocast;
+  if (cast) autocast.emplace(AutocastState::enabled(dev.type(), params.compute_dtype));
+
+  // 3. Prefill, each distinct prompt once.
+  const PrefillGroups groups = group_prompts(prompts, params.share_prefill);
+  KVCache cache = model->make_cache(static_cast<int64_t>(groups.unique_rows.size()), total,
+                                    cast ? params.compute_dtype : c10::ScalarType::Undefined);
+  torch::Tensor logits = prefill(model, pb, groups, key_mask, cache);
+
+  // 4. Decode: sample, append (stop checks), drop finished rows, one forward per step.
   auto gen = at::globalContext().defaultGenerator(dev).clone();
   gen.set_current_seed(params.seed);
-  std::vector<int64_t> active(B);  // row -> original index
-  for (int64_t b = 0; b < B; ++b) active[b] = b;
+  ActiveRows rows;
+  for (int64_t b = 0; b < B; ++b) rows.index.push_back(b);
+  rows.next_pos = pb.next_pos;
   std::vector<StreamDecoder> decoders;
   if (tok)
     for (int64_t b = 0; b < B; ++b) decoders.emplace_back(*tok);
   size_t max_stop_len = 0;
   for (auto& s : params.stop_strings) max_stop_len = std::max(max_stop_len, s.size());
-
   for (int64_t step = 0; step < params.max_new_tokens; ++step) {
     auto [next, lp] = sample_next(logits, params, gen);
     auto next_cpu = next.to(torch::kCPU);
@@ -160,51 +238,18 @@ std::vector<Completion> generate(Transformer& model, const std::vector<std::vect
     auto nacc = next_cpu.accessor<int64_t, 1>();
     auto lacc = lp_cpu.accessor<float, 1>();
     std::vector<int64_t> keep;
-    for (size_t r = 0; r < active.size(); ++r) {
-      auto& c = out[active[r]];
-      const int64_t t = nacc[r];
-      c.tokens.push_back(t);
-      c.logprobs.push_back(lacc[r]);
-      bool done = false;
-      if (tok) {
-        const std::string piece = decoders[active[r]].push(static_cast<TokenId>(t));
-        const size_t from = c.text.size() > max_stop_len ? c.text.size() - max_stop_len : 0;
-        c.text += piece;
-        if (!piece.empty())
-          for (const auto& s : params.stop_strings)
-            if (!s.empty() && c.text.find(s, from) != std::string::npos) {
-              done = true;
-              c.finish = FinishReason::StopString;
-            }
-      }
-      if (!done && std::find(params.stop_ids.begin(), params.stop_ids.end(), t) != params.stop_ids.end()) {
-        done = true;
-        c.finish = FinishReason::StopToken;
-      }
-      if (!done && step + 1 == params.max_new_tokens) {
-        done = true;
-        c.finish = FinishReason::Length;
-      }
-      if (!done) keep.push_back(static_cast<int64_t>(r));
+    for (size_t r = 0; r < rows.index.size(); ++r) {
+      const int64_t b = rows.index[r];
+      if (!append_token(out[b], nacc[r], lacc[r], tok ? &decoders[b] : nullptr, params, max_stop_len,
+                        step + 1 == params.max_new_tokens))
+        keep.push_back(static_cast<int64_t>(r));
     }
     if (keep.empty()) break;
-    if (keep.size() != active.size()) {
-      auto rows = torch::tensor(keep, torch::kInt64).to(dev);
-      cache.select_rows(rows);
-      next = next.index_select(0, rows);
-      if (padded) key_mask = key_mask.index_select(0, rows);
-      std::vector<int64_t> na, np;
-      for (auto r : keep) {
-        na.push_back(active[r]);
-        np.push_back(next_pos[r]);
-      }
-      active = std::move(na);
-      next_pos = std::move(np);
-    }
-    auto pos = torch::tensor(next_pos, torch::kInt64).to(dev).unsqueeze(1);
-    for (auto& p : next_pos) ++p;
+    if (keep.size() != rows.index.size()) keep_rows(keep, dev, cache, next, key_mask, rows);
+    auto pos = torch::tensor(rows.next_pos, torch::kInt64).to(dev).unsqueeze(1);
+    for (auto& p : rows.next_pos) ++p;
     const int64_t S = cache.length + 1;
-    auto hidden = model->forward(next.unsqueeze(1), pos, padded ? key_mask.narrow(1, 0, S) : torch::Tensor(), &cache);
+    auto hidden = model->forward(next.unsqueeze(1), pos, pb.padded ? key_mask.narrow(1, 0, S) : torch::Tensor(), &cache);
     logits = model->logits(hidden.select(1, 0)).to(torch::kFloat32);
   }
   if (tok)

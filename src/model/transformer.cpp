@@ -8,6 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
+#include "model/autocast.hpp"
 #include "model/cpu_fused.hpp"
 #include "model/decode_attention.hpp"
 #include "model/safetensors_torch.hpp"
@@ -299,45 +300,10 @@ namespace {
 
 using CkptFn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
-// The autocast state of the CPU and CUDA device types, captured at the forward and put back
-// around the recomputation in backward (as torch.utils.checkpoint does), so checkpointed layers
-// are recomputed in the forward's precision: the gradients are those of the function that gave
-// the forward's outputs.
-struct AutocastState {
-  bool cpu = false, cuda = false;
-  at::ScalarType cpu_dtype = at::kBFloat16, cuda_dtype = at::kHalf;
-  static AutocastState capture() {
-    AutocastState s;
-    s.cpu = at::autocast::is_autocast_enabled(at::kCPU);
-    s.cuda = at::autocast::is_autocast_enabled(at::kCUDA);
-    s.cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
-    s.cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-    return s;
-  }
-  void apply() const {
-    at::autocast::set_autocast_enabled(at::kCPU, cpu);
-    at::autocast::set_autocast_enabled(at::kCUDA, cuda);
-    at::autocast::set_autocast_dtype(at::kCPU, cpu_dtype);
-    at::autocast::set_autocast_dtype(at::kCUDA, cuda_dtype);
-  }
-};
-
-// Sets `state` for its lifetime and restores what was there before (the cast cache cleared on
-// the way out, as torch.autocast's exit does).
-class AutocastScope {
- public:
-  explicit AutocastScope(const AutocastState& state) : saved_(AutocastState::capture()) { state.apply(); }
-  ~AutocastScope() {
-    saved_.apply();
-    at::autocast::clear_cache();
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-  AutocastState saved_;
-};
-
+// The autocast state (model/autocast.hpp) is captured at the forward and put back around the
+// recomputation in backward (as torch.utils.checkpoint does), so checkpointed layers are
+// recomputed in the forward's precision: the gradients are those of the function that gave the
+// forward's outputs.
 struct FnHolder : torch::CustomClassHolder {
   CkptFn fn;
   int64_t n_inputs = 0;

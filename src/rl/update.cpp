@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "dist/process_group.hpp"
+#include "model/autocast.hpp"
 #include "rl/prompt_sharing.hpp"
 #include "util/error.hpp"
 
@@ -395,26 +396,6 @@ Batch make_batch(const std::vector<TrainSample>& samples, const std::vector<size
   return b;
 }
 
-/// bf16 autocast on CUDA for the lifetime of the guard (no-op when off).
-class AutocastGuard {
- public:
-  explicit AutocastGuard(bool on) : on_(on) {
-    if (!on_) return;
-    prev_ = at::autocast::is_autocast_enabled(at::kCUDA);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  }
-  ~AutocastGuard() {
-    if (!on_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, prev_);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool on_;
-  bool prev_ = false;
-};
-
 std::vector<std::vector<size_t>> chunks(const std::vector<size_t>& order, size_t size) {
   std::vector<std::vector<size_t>> out;
   size = std::max<size_t>(1, size);
@@ -427,7 +408,8 @@ std::vector<std::vector<size_t>> chunks(const std::vector<size_t>& order, size_t
 /// order: the shared prefixes run once, then every part against them; each part's [n, C_part]
 /// is padded to C and the parts are put back in row order.
 model::TokenLogProbs batch_logprobs(model::Transformer& m, const Batch& b, const UpdateOptions& o) {
-  AutocastGuard ac(o.autocast_bf16 && m->device().is_cuda());
+  std::optional<model::AutocastScope> autocast;  // bf16 autocast on CUDA for the update
+  if (o.autocast_bf16 && m->device().is_cuda()) autocast.emplace(model::AutocastState::enabled(at::kCUDA, at::kBFloat16));
   const double temperature = o.temperature > 0 ? o.temperature : 1.0;
   const int64_t chunk = logprob_chunk(o.logprob_chunk, m->device().is_cuda());
   model::PrefixKV kv;
