@@ -393,10 +393,100 @@ TransformerImpl::TransformerImpl(const ModelConfig& c) : rotary(c), config_(c) {
 }
 
 
-torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                       const torch::Tensor& key_mask, KVCache* cache, const PrefixKV* prefix,
-                                       PrefixKV* collect, int64_t keep_from) {
-  const int64_t B = tokens.size(0), T = tokens.size(1);
+namespace {
+
+/// The attention mask [B, 1, T, S] (S = past + T) from a key mask [B, S]: causal, keys the mask
+/// allows, and each query's own position always. Bool, or additive fp32 (0 / -inf) for a
+/// T > 1 fp32 forward on the CPU without autocast (SDPA would convert it in every layer).
+torch::Tensor attention_mask(const torch::Tensor& key_mask, int64_t B, int64_t T, int64_t past, torch::ScalarType dt,
+                             const torch::Device& dev) {
+  const int64_t S = past + T;
+  TORCH_CHECK(key_mask.size(0) == B && key_mask.size(1) == S, "key_mask must be [B, past + T]");
+  auto qi = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kInt64).device(dev)).view({T, 1});
+  auto kj = torch::arange(0, S, torch::TensorOptions().dtype(torch::kInt64).device(dev)).view({1, S});
+  auto causal = (kj <= qi).view({1, 1, T, S});
+  auto self = (kj == qi).view({1, 1, T, S});
+  auto mask = causal.logical_and(key_mask.to(torch::kBool).view({B, 1, 1, S})).logical_or(self);
+  if (T > 1 && dev.is_cpu() && dt == torch::kFloat32 && !at::autocast::is_autocast_enabled(at::kCPU))
+    mask = torch::zeros({B, 1, T, S}, torch::TensorOptions().dtype(dt).device(dev))
+               .masked_fill_(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  return mask;
+}
+
+/// The dtype the rotary tables are cast to: the autocast dtype under autocast (tables in the
+/// weights' fp32 would promote q and k back to fp32, and the attention after them; issue
+/// "GPU I", A3), else the weights' dtype `weights`.
+torch::ScalarType rotary_dtype(torch::ScalarType weights, c10::DeviceType dev_type) {
+  if (weights == torch::kFloat32 && (dev_type == at::kCPU || dev_type == at::kCUDA) &&
+      at::autocast::is_autocast_enabled(dev_type))
+    return at::autocast::get_autocast_dtype(dev_type);
+  return weights;
+}
+
+/// One layer recomputed in backward (activation checkpointing): the prefix keys/values are inputs
+/// of the recomputation (their gradients flow on to the prefix's forward), this call's
+/// keys/values outputs (appended to `collect` when given). Returns the layer's output.
+torch::Tensor checkpointed_layer(const std::shared_ptr<DecoderLayerImpl>& layer, const torch::Tensor& h,
+                                 const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& mask,
+                                 const LayerKV& kv, bool has_prefix, PrefixKV* collect) {
+  std::vector<torch::Tensor> params;
+  for (auto& p : layer->parameters())
+    if (p.requires_grad()) params.push_back(p);
+  const bool collecting = collect != nullptr;
+  const int64_t query_from = kv.query_from;
+  auto fn = [layer, cos = cos, sin = sin, mask, has_prefix, collecting, query_from](const std::vector<torch::Tensor>& in) mutable {
+    LayerKV lkv;
+    lkv.past = has_prefix ? in[1].size(2) : 0;
+    lkv.query_from = query_from;
+    if (has_prefix) {
+      lkv.prefix_k = in[1];
+      lkv.prefix_v = in[2];
+    }
+    torch::Tensor ok, ov;
+    if (collecting) {
+      lkv.out_k = &ok;
+      lkv.out_v = &ov;
+    }
+    auto out = layer->forward(in[0], cos, sin, mask, lkv);
+    if (collecting) return std::vector<torch::Tensor>{out, ok, ov};
+    return std::vector<torch::Tensor>{out};
+  };
+  std::vector<torch::Tensor> ins{h};
+  if (has_prefix) {
+    ins.push_back(kv.prefix_k);
+    ins.push_back(kv.prefix_v);
+  }
+  auto outs = checkpoint(fn, ins, params);
+  if (collect) {
+    collect->k.push_back(outs[1]);
+    collect->v.push_back(outs[2]);
+  }
+  return outs[0];
+}
+
+/// One layer run directly; its keys/values appended to `collect` when given.
+torch::Tensor plain_layer(const std::shared_ptr<DecoderLayerImpl>& layer, const torch::Tensor& h,
+                          const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& mask, LayerKV kv,
+                          PrefixKV* collect) {
+  torch::Tensor ok, ov;
+  if (collect) {
+    kv.out_k = &ok;
+    kv.out_v = &ov;
+  }
+  auto out = layer->forward(h, cos, sin, mask, kv);
+  if (collect) {
+    collect->k.push_back(ok);
+    collect->v.push_back(ov);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t TransformerImpl::check_forward(const torch::Tensor& tokens, const KVCache* cache, const PrefixKV* prefix,
+                                       const torch::Tensor& positions, const torch::Tensor& key_mask,
+                                       int64_t keep_from) const {
+  const int64_t T = tokens.size(1);
   if (cache && prefix) throw ModelError("forward: a KV cache and a shared prefix cannot be combined");
   if (keep_from < 0 || keep_from > T || (keep_from > 0 && cache))
     throw ModelError("forward: keep_from must be in [0, " + std::to_string(T) + "] and without a KV cache");
@@ -409,97 +499,41 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
                      std::to_string(past + T) + " needed");
   if (prefix && (!positions.defined() || !key_mask.defined()))
     throw ModelError("forward: a shared prefix needs positions and a key mask");
+  return past;
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                       const torch::Tensor& key_mask, KVCache* cache, const PrefixKV* prefix,
+                                       PrefixKV* collect, int64_t keep_from) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t past = check_forward(tokens, cache, prefix, positions, key_mask, keep_from);
+  // Rotary tables for the positions (default: past .. past + T - 1), angles in fp32.
   auto pos = positions;
   if (!pos.defined())
     pos = torch::arange(past, past + T, tokens.options().dtype(torch::kInt64)).unsqueeze(0).expand({B, T});
   auto [cos, sin] = rotary.cos_sin(pos);
-  // The rotary tables in the compute dtype: under autocast the projections come out in the
-  // autocast dtype, and tables in the weights' fp32 would promote q and k back to fp32 (and the
-  // attention after them; issue "GPU I", A3). The angles are computed in fp32 either way.
-  auto dt = dtype();
-  const auto dev_type = tokens.device().type();
-  if (dt == torch::kFloat32 && (dev_type == at::kCPU || dev_type == at::kCUDA) &&
-      at::autocast::is_autocast_enabled(dev_type))
-    dt = at::autocast::get_autocast_dtype(dev_type);
+  const torch::ScalarType dt = rotary_dtype(dtype(), tokens.device().type());
   cos = cos.to(dt).unsqueeze(1);
   sin = sin.to(dt).unsqueeze(1);
-  torch::Tensor mask;
-  if (key_mask.defined()) {
-    const int64_t S = past + T;
-    TORCH_CHECK(key_mask.size(0) == B && key_mask.size(1) == S, "key_mask must be [B, past + T]");
-    auto dev = tokens.device();
-    auto qi = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kInt64).device(dev)).view({T, 1});
-    auto kj = torch::arange(0, S, torch::TensorOptions().dtype(torch::kInt64).device(dev)).view({1, S});
-    auto causal = (kj <= qi).view({1, 1, T, S});
-    auto self = (kj == qi).view({1, 1, T, S});
-    mask = causal.logical_and(key_mask.to(torch::kBool).view({B, 1, 1, S})).logical_or(self);
-    // SDPA turns a bool mask into an additive one (0 / -inf) on every call; a forward of T > 1
-    // positions in fp32 on the CPU does that once for all layers (same values, same result).
-    if (T > 1 && dev.is_cpu() && dt == torch::kFloat32 && !at::autocast::is_autocast_enabled(at::kCPU))
-      mask = torch::zeros({B, 1, T, S}, torch::TensorOptions().dtype(dt).device(dev))
-                 .masked_fill_(mask.logical_not(), -std::numeric_limits<float>::infinity());
-  }
+  const torch::Tensor mask =
+      key_mask.defined() ? attention_mask(key_mask, B, T, past, dt, tokens.device()) : torch::Tensor();
+  // The layers.
   auto h = embed_tokens(tokens);
   for (size_t i = 0; i < layers.size(); ++i) {
-    auto& layer = layers[i];
     LayerKV kv;
     kv.kc = cache ? &cache->k[i] : nullptr;
     kv.vc = cache ? &cache->v[i] : nullptr;
     kv.past = past;
     // The last layer's outputs before keep_from are read by nobody: only its keys and values.
-    const int64_t query_from = i + 1 == layers.size() ? keep_from : 0;
-    kv.query_from = query_from;
+    kv.query_from = i + 1 == layers.size() ? keep_from : 0;
     if (prefix) {
       kv.prefix_k = prefix->k[i];
       kv.prefix_v = prefix->v[i];
     }
-    if (checkpointing_ && cache == nullptr && torch::GradMode::is_enabled()) {
-      // Recomputed in backward: the prefix keys/values are inputs of the recomputation (their
-      // gradients flow on to the prefix's forward), this call's keys/values outputs.
-      std::vector<torch::Tensor> params;
-      for (auto& p : layer->parameters())
-        if (p.requires_grad()) params.push_back(p);
-      const bool has_prefix = prefix != nullptr, collecting = collect != nullptr;
-      auto fn = [layer, cos = cos, sin = sin, mask, has_prefix, collecting, query_from](const std::vector<torch::Tensor>& in) mutable {
-        LayerKV lkv;
-        lkv.past = has_prefix ? in[1].size(2) : 0;
-        lkv.query_from = query_from;
-        if (has_prefix) {
-          lkv.prefix_k = in[1];
-          lkv.prefix_v = in[2];
-        }
-        torch::Tensor ok, ov;
-        if (collecting) {
-          lkv.out_k = &ok;
-          lkv.out_v = &ov;
-        }
-        auto out = layer->forward(in[0], cos, sin, mask, lkv);
-        if (collecting) return std::vector<torch::Tensor>{out, ok, ov};
-        return std::vector<torch::Tensor>{out};
-      };
-      std::vector<torch::Tensor> ins{h};
-      if (has_prefix) {
-        ins.push_back(kv.prefix_k);
-        ins.push_back(kv.prefix_v);
-      }
-      auto outs = checkpoint(fn, ins, params);
-      h = outs[0];
-      if (collect) {
-        collect->k.push_back(outs[1]);
-        collect->v.push_back(outs[2]);
-      }
-    } else {
-      torch::Tensor ok, ov;
-      if (collect) {
-        kv.out_k = &ok;
-        kv.out_v = &ov;
-      }
-      h = layer->forward(h, cos, sin, mask, kv);
-      if (collect) {
-        collect->k.push_back(ok);
-        collect->v.push_back(ov);
-      }
-    }
+    if (checkpointing_ && cache == nullptr && torch::GradMode::is_enabled())
+      h = checkpointed_layer(layers[i], h, cos, sin, mask, kv, prefix != nullptr, collect);
+    else
+      h = plain_layer(layers[i], h, cos, sin, mask, kv, collect);
   }
   if (cache) cache->length = past + T;
   if (layers.empty() && keep_from > 0) h = h.narrow(1, keep_from, T - keep_from);

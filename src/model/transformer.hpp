@@ -158,6 +158,10 @@ class TransformerImpl : public torch::nn::Module {
   Rotary rotary;
 
  private:
+  /// forward's argument checks (throws ModelError naming the conflict); returns the positions
+  /// already before `tokens` (the cache's length, or the prefix's).
+  int64_t check_forward(const torch::Tensor& tokens, const KVCache* cache, const PrefixKV* prefix,
+                        const torch::Tensor& positions, const torch::Tensor& key_mask, int64_t keep_from) const;
   ModelConfig config_;
   bool checkpointing_ = false;
 };
