@@ -319,55 +319,39 @@ double monotonic_ms_cost() {
   return std::max(0.0, best);
 }
 
-}  // namespace
+/// A launch resolved in the loaded code: the kernel, its signature's trampoline, and one argument
+/// list per rotation of the input sets.
+struct PreparedLaunch {
+  void* fn;
+  Trampoline tramp;
+  std::vector<std::vector<LeapCpuArg>> args;
+};
 
-RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
-                               const std::vector<void*>& tensors, const RunRequest& request,
-                               std::atomic<int>* current_launch) {
-  RunOutcome out;
-  void* handle = dlopen(artifact.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    out.verdict = Verdict::launch_error;
-    const char* e = dlerror();
-    out.message = std::string("the compiled code could not be loaded: ") + (e ? e : "unknown error");
-    return out;
-  }
-  struct Closer {
-    void* h;
-    ~Closer() {
-      if (h) dlclose(h);
-    }
-  } closer{keep_loaded_ ? nullptr : handle};
-  loaded_ = true;
-
-  struct Prepared {
-    void* fn;
-    Trampoline tramp;
-    std::vector<std::vector<LeapCpuArg>> args;  // one argument list per rotation
-  };
-  const size_t n_rot = std::max<size_t>(1, request.rotations.size());
+/// Resolves every launch of `plan` in `handle` (a launch_error in `out` and false when a kernel or
+/// trampoline is missing) with its arguments bound to `tensors` for each of `n_rot` rotations.
+bool prepare_launches(void* handle, const BoundPlan& plan, const std::vector<void*>& tensors, const RunRequest& request,
+                      size_t n_rot, std::vector<PreparedLaunch>& launches, RunOutcome& out) {
   auto tensor_ptr = [&](size_t rot, int t) -> void* {
     if (request.rotations.empty()) return tensors.at(static_cast<size_t>(t));
     return tensors.at(static_cast<size_t>(request.rotations[rot].at(static_cast<size_t>(t))));
   };
-  std::vector<Prepared> launches;
   for (size_t li = 0; li < plan.launches.size(); ++li) {
     const BoundLaunch& l = plan.launches[li];
-    Prepared p{};
+    PreparedLaunch p{};
     p.fn = dlsym(handle, l.kernel.c_str());
     if (!p.fn) {
       out.verdict = Verdict::launch_error;
       out.failed_launch = static_cast<int>(li);
       out.message = "launches[" + std::to_string(li) + "]: unknown kernel '" + l.kernel +
                     "': the compiled code has no extern \"C\" function of that name";
-      return out;
+      return false;
     }
     p.tramp = reinterpret_cast<Trampoline>(dlsym(handle, trampoline_name(l.signature).c_str()));
     if (!p.tramp) {
       out.verdict = Verdict::launch_error;
       out.failed_launch = static_cast<int>(li);
       out.message = "internal: no trampoline for signature '" + l.signature + "'";
-      return out;
+      return false;
     }
     p.args.resize(n_rot);
     for (size_t rot = 0; rot < n_rot; ++rot)
@@ -383,58 +367,102 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       }
     launches.push_back(std::move(p));
   }
+  return true;
+}
 
-  // The runs (env/timing_schedule.hpp). Outside the timed region: every run of a multi-run job
+/// Before run `run` on rotation `rot` of a multi-run job (outside the timed region): the outputs
+/// poisoned, the inputs rewritten at the run's secret positions, the perturbed inputs changed.
+void prepare_run(const BoundPlan& plan, const std::vector<void*>& tensors, const RunRequest& request,
+                 const std::vector<RewriteTarget>& targets, int run, size_t rot) {
+  const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
+  for (size_t i = 0; i < n_positions; ++i) {
+    const size_t ti = rotated_tensor(request, rot, static_cast<int>(i));
+    const BoundTensor& bt = plan.tensors.at(ti);
+    if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
+  }
+  apply_rewrites(rewrites_for_run(request, targets, run), tensors);
+  for (int p : request.perturb_inputs) {  // every element changes: no result of an earlier call stays useful
+    const size_t ti = rotated_tensor(request, rot, p);
+    perturb_input(request.rewrite_seed, run, p, plan.tensors.at(ti).dtype, tensors.at(ti),
+                  static_cast<size_t>(plan.tensors.at(ti).numel()));
+  }
+}
+
+/// One call of the launch sequence on rotation `rot`; its time in ms (the clock's own cost
+/// `clock_cost` taken off), or -1 with a runtime_error in `out` when a launch threw.
+double run_launches(const std::vector<PreparedLaunch>& launches, const BoundPlan& plan, size_t rot, double clock_cost,
+                    std::atomic<int>* current_launch, RunOutcome& out) {
+  const double start = monotonic_ms();
+  for (size_t li = 0; li < launches.size(); ++li) {
+    if (current_launch) current_launch->store(static_cast<int>(li));
+    try {
+      launches[li].tramp(launches[li].fn, launches[li].args[rot].data());
+    } catch (const std::exception& e) {
+      out.verdict = Verdict::runtime_error;
+      out.failed_launch = static_cast<int>(li);
+      out.message =
+          "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel + ") threw an exception: " + e.what();
+      return -1;
+    } catch (...) {
+      out.verdict = Verdict::runtime_error;
+      out.failed_launch = static_cast<int>(li);
+      out.message = "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel + ") threw an exception";
+      return -1;
+    }
+  }
+  return std::max(0.0, monotonic_ms() - start - clock_cost);
+}
+
+/// After run `run`: its outputs copied into the snapshot tensors when the run is a checked one.
+void copy_run_snapshot(const BoundPlan& plan, const std::vector<void*>& tensors, const RunRequest& request, int run,
+                       size_t rot) {
+  if (const Snapshot* snap = snapshot_for_run(request, run))
+    for (const auto& [position, dst] : snap->copies) {
+      const size_t src = rotated_tensor(request, rot, position);
+      copy_bytes(tensors.at(static_cast<size_t>(dst)), tensors.at(src), plan.tensors.at(src).bytes());
+    }
+}
+
+}  // namespace
+
+RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
+                               const std::vector<void*>& tensors, const RunRequest& request,
+                               std::atomic<int>* current_launch) {
+  RunOutcome out;
+  // 1. The compiled code, loaded; every launch resolved in it.
+  void* handle = dlopen(artifact.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    out.verdict = Verdict::launch_error;
+    const char* e = dlerror();
+    out.message = std::string("the compiled code could not be loaded: ") + (e ? e : "unknown error");
+    return out;
+  }
+  struct Closer {
+    void* h;
+    ~Closer() {
+      if (h) dlclose(h);
+    }
+  } closer{keep_loaded_ ? nullptr : handle};
+  loaded_ = true;
+  const size_t n_rot = std::max<size_t>(1, request.rotations.size());
+  std::vector<PreparedLaunch> launches;
+  if (!prepare_launches(handle, plan, tensors, request, n_rot, launches, out)) return out;
+
+  // 2. The runs (env/timing_schedule.hpp). Outside the timed region: every run of a multi-run job
   // starts from poisoned outputs (code that skips work when its outputs already hold numbers
   // leaves NaN behind), its inputs are rewritten (a result cached between calls goes stale), and
   // the outputs of the runs the verifier checks are copied into their snapshots.
   const bool multi = std::max(0, request.warmup) + std::max(1, request.trials) > 1 || n_rot > 1;
   const std::vector<RewriteTarget> targets = rewrite_targets(plan, request);
-  const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
+  const double clock_cost = monotonic_ms_cost();
   RunHooks hooks;
   hooks.prepare = [&](int run, size_t rot) {
-    if (!multi) return true;
-    for (size_t i = 0; i < n_positions; ++i) {
-      const size_t ti = rotated_tensor(request, rot, static_cast<int>(i));
-      const BoundTensor& bt = plan.tensors.at(ti);
-      if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
-    }
-    apply_rewrites(rewrites_for_run(request, targets, run), tensors);
-    for (int p : request.perturb_inputs) {  // every element changes: no result of an earlier call stays useful
-      const size_t ti = rotated_tensor(request, rot, p);
-      perturb_input(request.rewrite_seed, run, p, plan.tensors.at(ti).dtype, tensors.at(ti),
-                    static_cast<size_t>(plan.tensors.at(ti).numel()));
-    }
+    if (multi) prepare_run(plan, tensors, request, targets, run, rot);
     return true;
   };
-  const double clock_cost = monotonic_ms_cost();
-  hooks.timed = [&](int, size_t rot) -> double {
-    const double start = monotonic_ms();
-    for (size_t li = 0; li < launches.size(); ++li) {
-      if (current_launch) current_launch->store(static_cast<int>(li));
-      try {
-        launches[li].tramp(launches[li].fn, launches[li].args[rot].data());
-      } catch (const std::exception& e) {
-        out.verdict = Verdict::runtime_error;
-        out.failed_launch = static_cast<int>(li);
-        out.message = "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel +
-                      ") threw an exception: " + e.what();
-        return -1;
-      } catch (...) {
-        out.verdict = Verdict::runtime_error;
-        out.failed_launch = static_cast<int>(li);
-        out.message = "launches[" + std::to_string(li) + "] (" + plan.launches[li].kernel + ") threw an exception";
-        return -1;
-      }
-    }
-    return std::max(0.0, monotonic_ms() - start - clock_cost);
-  };
+  hooks.timed = [&](int, size_t rot) { return run_launches(launches, plan, rot, clock_cost, current_launch, out); };
   hooks.after = [&](int run, size_t rot) {
-    if (const Snapshot* snap = snapshot_for_run(request, run))
-      for (const auto& [position, dst] : snap->copies) {
-        const size_t src = rotated_tensor(request, rot, position);
-        copy_bytes(tensors.at(static_cast<size_t>(dst)), tensors.at(src), plan.tensors.at(src).bytes());
-      }
+    copy_run_snapshot(plan, tensors, request, run, rot);
     return !request.on_run_done || request.on_run_done(run);
   };
   if (!run_timing_schedule(request, n_rot, hooks, out)) return out;
