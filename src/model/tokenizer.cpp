@@ -70,33 +70,9 @@ void read_post_processor(const json& p, const std::string& source,
   }
 }
 
-}  // namespace
-
-Tokenizer Tokenizer::from_file(const fs::path& path) {
-  std::error_code ec;
-  fs::path file = fs::is_directory(path, ec) ? path / "tokenizer.json" : path;
-  if (!fs::exists(file))
-    throw ModelError(file.string() + ": missing (leap needs the checkpoint's tokenizer.json)");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ModelError(file.string() + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return from_json(ss.str(), file.string());
-}
-
-Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    fail(source, std::string("not valid JSON: ") + e.what());
-  }
-  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
-    fail(source, "no \"model\" object (not a tokenizers tokenizer.json?)");
-  auto st = std::make_shared<State>();
-
-  // ---- model ----
-  const json& m = j["model"];
+/// The BPE model of tokenizer.json's "model" object `m` (byte-level BPE only; fails naming
+/// `source` for any other kind or option).
+std::unique_ptr<BpeModel> read_bpe_model(const json& m, const std::string& source) {
   const std::string mtype = m.value("type", m.contains("merges") ? "BPE" : "");
   if (mtype != "BPE") fail(source, "unsupported model type \"" + mtype + "\" (supported: BPE)");
   if (!m.contains("vocab") || !m["vocab"].is_object()) fail(source, "model has no \"vocab\" object");
@@ -133,7 +109,57 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
     auto it = vocab.find(m["unk_token"].get<std::string>());
     if (it != vocab.end()) unk = it->second;
   }
-  st->bpe = std::make_unique<BpeModel>(std::move(vocab), merges, get_flag(m, "ignore_merges", false), unk, source);
+  return std::make_unique<BpeModel>(std::move(vocab), merges, get_flag(m, "ignore_merges", false), unk, source);
+}
+
+/// tokenizer.json's "added_tokens" in file order (fails naming `source` for a malformed entry).
+std::vector<AddedToken> read_added_tokens(const json& j, const std::string& source) {
+  std::vector<AddedToken> added;
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return added;
+  for (const auto& a : j["added_tokens"]) {
+    AddedToken t;
+    if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
+      fail(source, "added_tokens entry " + a.dump() + " needs an integer \"id\" and a string \"content\"");
+    t.id = a["id"].get<TokenId>();
+    t.content = a["content"].get<std::string>();
+    t.special = get_flag(a, "special", false);
+    t.normalized = get_flag(a, "normalized", !t.special);
+    t.lstrip = get_flag(a, "lstrip", false);
+    t.rstrip = get_flag(a, "rstrip", false);
+    t.single_word = get_flag(a, "single_word", false);
+    if (t.id < 0) fail(source, "added token \"" + t.content + "\" has a negative id");
+    added.push_back(std::move(t));
+  }
+  return added;
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_file(const fs::path& path) {
+  std::error_code ec;
+  fs::path file = fs::is_directory(path, ec) ? path / "tokenizer.json" : path;
+  if (!fs::exists(file))
+    throw ModelError(file.string() + ": missing (leap needs the checkpoint's tokenizer.json)");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ModelError(file.string() + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return from_json(ss.str(), file.string());
+}
+
+Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    fail(source, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+    fail(source, "no \"model\" object (not a tokenizers tokenizer.json?)");
+  auto st = std::make_shared<State>();
+
+  // ---- model ----
+  st->bpe = read_bpe_model(j["model"], source);
 
   // ---- pipeline ----
   st->normalizer = Normalizer::from_json(j.value("normalizer", json()), source);
@@ -141,23 +167,8 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
   check_decoder(j.value("decoder", json()), source);
 
   // ---- added tokens ----
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& a : j["added_tokens"]) {
-      AddedToken t;
-      if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
-        fail(source, "added_tokens entry " + a.dump() + " needs an integer \"id\" and a string \"content\"");
-      t.id = a["id"].get<TokenId>();
-      t.content = a["content"].get<std::string>();
-      t.special = get_flag(a, "special", false);
-      t.normalized = get_flag(a, "normalized", !t.special);
-      t.lstrip = get_flag(a, "lstrip", false);
-      t.rstrip = get_flag(a, "rstrip", false);
-      t.single_word = get_flag(a, "single_word", false);
-      if (t.id < 0) fail(source, "added token \"" + t.content + "\" has a negative id");
-      st->added_by_content[t.content] = t.id;
-      st->added.push_back(std::move(t));
-    }
-  }
+  st->added = read_added_tokens(j, source);
+  for (const auto& t : st->added) st->added_by_content[t.content] = t.id;
   std::vector<std::string> raw_text, norm_text;
   for (const auto& t : st->added) {
     raw_text.push_back(t.normalized ? "" : t.content);
