@@ -418,7 +418,7 @@ Zygote& Zygote::with_libtorch() {
 
 Zygote& Zygote::for_backend(const std::string& name) { return name == "cpu" ? shared() : with_libtorch(); }
 
-void Zygote::start_locked() {
+void Zygote::stop_locked() {
   if (ctl_ >= 0) close(ctl_);
   ctl_ = -1;
   if (pid_ > 0) {
@@ -427,6 +427,10 @@ void Zygote::start_locked() {
     waitpid(pid_, &st, 0);
     pid_ = -1;
   }
+}
+
+void Zygote::start_locked() {
+  stop_locked();
   const std::string exe = image_ == ZygoteImage::lean ? lean_worker_executable() : worker_executable();
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
@@ -494,14 +498,7 @@ std::string Zygote::request_locked(const std::string& body, const std::vector<in
       return reply;
     }
     // The zygote died or hangs: start a fresh one once (its old children die with it).
-    close(ctl_);
-    ctl_ = -1;
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int st;
-      waitpid(pid_, &st, 0);
-      pid_ = -1;
-    }
+    stop_locked();
   }
   throw Error("the zygote does not answer");
 }

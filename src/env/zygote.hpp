@@ -81,6 +81,7 @@ class Zygote {
  private:
   explicit Zygote(ZygoteImage image) : image_(image) {}
   ZygoteImage image_;
+  void stop_locked();   ///< closes the control socket, kills and reaps the zygote (mutex held)
   void start_locked();
   std::string request_locked(const std::string& body, const std::vector<int>& fds);
   std::string request(const std::string& body, const std::vector<int>& fds);
