@@ -148,6 +148,91 @@ std::vector<ScoredRollout> score_group(const GroupResult& group, const config::E
 
 namespace {
 
+/// What a reward kind reads to set a group's rewards and advantages (score_valid).
+struct GroupScores {
+  const GroupResult& group;
+  const config::Experiment& exp;
+  const std::vector<double>& rank;                         ///< [G] rank rewards
+  const std::vector<std::vector<double>>& turn_r_speedup;  ///< [G][turn] speedup turn rewards
+  const std::vector<std::vector<double>>& turn_r_kg;       ///< [G][turn] KernelGym turn rewards
+  AdvantageKind est;
+  double gamma;
+};
+
+/// A rollout's turn rewards with `r` at its last turn, and their discounted returns.
+void place_final(const GroupScores& g, size_t i, double r, ScoredRollout& o) {
+  const size_t n = g.group.rollouts[i].turns.size();
+  o.turn_rewards.assign(n, 0.0);
+  if (n) o.turn_rewards.back() = r;
+  o.turn_returns = discounted_returns(o.turn_rewards, g.gamma);
+}
+
+/// rank (LEAP): the rank reward is the advantage; turns credited by turn_credit.
+void assign_rank(const GroupScores& g, std::vector<ScoredRollout>& out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].reward = g.rank[i];
+    out[i].advantage = g.rank[i];
+    place_final(g, i, g.rank[i], out[i]);
+    const int k = g.group.rollouts[i].first_success();
+    const int n = static_cast<int>(g.group.rollouts[i].turns.size());
+    out[i].turn_advantages = turn_credit(g.rank[i], k > 0 ? std::optional<int>(k) : std::nullopt, n, g.gamma);
+  }
+}
+
+/// binary: 1 for a correct rollout, group-normalised (advantage.kind); every turn the rollout's advantage.
+void assign_binary(const GroupScores& g, std::vector<ScoredRollout>& out) {
+  std::vector<double> scores;
+  for (const auto& o : out) scores.push_back(o.reward_binary);
+  const auto adv = group_advantages(scores, g.est, g.exp.advantage.std_eps);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].reward = scores[i];
+    out[i].advantage = adv[i];
+    place_final(g, i, scores[i], out[i]);
+    out[i].turn_advantages.assign(g.group.rollouts[i].turns.size(), adv[i]);
+  }
+}
+
+/// speedup / kernelgym: per-turn rewards, their discounted returns normalised per turn.
+void assign_turn_returns(const GroupScores& g, const std::vector<std::vector<double>>& per_turn,
+                         std::vector<ScoredRollout>& out) {
+  const size_t G = out.size();
+  std::vector<std::vector<double>> returns(G);
+  for (size_t i = 0; i < G; ++i) returns[i] = discounted_returns(per_turn[i], g.gamma);
+  std::vector<double> scores;
+  for (size_t i = 0; i < G; ++i) scores.push_back(returns[i].empty() ? 0.0 : returns[i].front());
+  const auto adv = turn_advantages(returns, g.est, g.exp.advantage.std_eps);
+  const auto rollout_adv = group_advantages(scores, g.est, g.exp.advantage.std_eps);
+  for (size_t i = 0; i < G; ++i) {
+    out[i].reward = scores[i];
+    out[i].advantage = rollout_adv[i];
+    out[i].turn_rewards = per_turn[i];
+    out[i].turn_returns = returns[i];
+    out[i].turn_advantages = adv[i];
+  }
+}
+void assign_speedup(const GroupScores& g, std::vector<ScoredRollout>& out) { assign_turn_returns(g, g.turn_r_speedup, out); }
+void assign_kernelgym(const GroupScores& g, std::vector<ScoredRollout>& out) { assign_turn_returns(g, g.turn_r_kg, out); }
+
+/// A row of the reward-kind table: an ablation of reward.kind is a row.
+struct RewardKind {
+  const char* name;
+  void (*assign)(const GroupScores&, std::vector<ScoredRollout>&);
+};
+
+constexpr RewardKind kRewardKinds[] = {
+    {"rank", assign_rank},
+    {"binary", assign_binary},
+    {"speedup", assign_speedup},
+    {"kernelgym", assign_kernelgym},
+};
+
+/// The table's row for `name`; throws leap::Error naming the kinds for any other.
+const RewardKind& reward_kind(const std::string& name) {
+  for (const auto& k : kRewardKinds)
+    if (name == k.name) return k;
+  throw Error("reward.kind '" + name + "' is not one of rank, binary, speedup, kernelgym");
+}
+
 std::vector<ScoredRollout> score_valid(const GroupResult& group, const config::Experiment& exp) {
   const size_t G = group.rollouts.size();
   std::vector<ScoredRollout> out(G);
@@ -173,52 +258,8 @@ std::vector<ScoredRollout> score_valid(const GroupResult& group, const config::E
     out[i].reward_kernelgym = rk.empty() ? 0.0 : rk.front();
   }
 
-  const std::string& kind = exp.reward.kind;
-  const AdvantageKind est = parse_advantage_kind(exp.advantage.kind);
-  auto place_final = [&](size_t i, double r) {
-    const size_t n = group.rollouts[i].turns.size();
-    out[i].turn_rewards.assign(n, 0.0);
-    if (n) out[i].turn_rewards.back() = r;
-    out[i].turn_returns = discounted_returns(out[i].turn_rewards, gamma);
-  };
-  if (kind == "rank") {
-    for (size_t i = 0; i < G; ++i) {
-      out[i].reward = rank[i];
-      out[i].advantage = rank[i];
-      place_final(i, rank[i]);
-      const int k = group.rollouts[i].first_success();
-      const int n = static_cast<int>(group.rollouts[i].turns.size());
-      out[i].turn_advantages =
-          turn_credit(rank[i], k > 0 ? std::optional<int>(k) : std::nullopt, n, gamma);
-    }
-  } else if (kind == "binary") {
-    std::vector<double> scores;
-    for (size_t i = 0; i < G; ++i) scores.push_back(out[i].reward_binary);
-    const auto adv = group_advantages(scores, est, exp.advantage.std_eps);
-    for (size_t i = 0; i < G; ++i) {
-      out[i].reward = scores[i];
-      out[i].advantage = adv[i];
-      place_final(i, scores[i]);
-      out[i].turn_advantages.assign(group.rollouts[i].turns.size(), adv[i]);
-    }
-  } else if (kind == "speedup" || kind == "kernelgym") {
-    const auto& per_turn = kind == "speedup" ? turn_r_speedup : turn_r_kg;
-    std::vector<std::vector<double>> returns(G);
-    for (size_t i = 0; i < G; ++i) returns[i] = discounted_returns(per_turn[i], gamma);
-    std::vector<double> scores;
-    for (size_t i = 0; i < G; ++i) scores.push_back(returns[i].empty() ? 0.0 : returns[i].front());
-    const auto adv = turn_advantages(returns, est, exp.advantage.std_eps);
-    const auto rollout_adv = group_advantages(scores, est, exp.advantage.std_eps);
-    for (size_t i = 0; i < G; ++i) {
-      out[i].reward = scores[i];
-      out[i].advantage = rollout_adv[i];
-      out[i].turn_rewards = per_turn[i];
-      out[i].turn_returns = returns[i];
-      out[i].turn_advantages = adv[i];
-    }
-  } else {
-    throw Error("reward.kind '" + kind + "' is not one of rank, binary, speedup, kernelgym");
-  }
+  const GroupScores g{group, exp, rank, turn_r_speedup, turn_r_kg, parse_advantage_kind(exp.advantage.kind), gamma};
+  reward_kind(exp.reward.kind).assign(g, out);
   return out;
 }
 
