@@ -1058,7 +1058,8 @@ def convert_at(level, pid, path, out_dir, o, factor, gpu_only=None, meta=None):
             torch.manual_seed(seed + 2)
             out2 = flat_outputs(T.call([t.clone() for t in tensors], {k: v.clone() for k, v in state.items()}))
             if not same(out1, out2):
-                raise Skip("forward is not deterministic (dropout or another random op): two runs on the same inputs differ")
+                raise Skip("forward is not deterministic: two runs on the same inputs differ (dropout or another random op, "
+                           "or state the Model keeps between calls, such as a hidden state it updates)")
             probe = {k: v.clone() for k, v in state.items()}
             kept = [t.clone() for t in tensors]
             T.call(kept, probe)
