@@ -1658,6 +1658,13 @@ CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6, 7: _changed_
 OLDEST_KEPT = 3  # records of older versions are always redone
 
 
+# Skips a later run tries again: a crash of the problem's process (a signal: a segfault inside torch
+# seen once under load and not again, or the kernel's OOM killer acting for another process) says
+# nothing certain about the problem. (A budget or timeout skip is the problem's own measure under
+# the same settings: kept.)
+RETRIED_SKIPS = ("crashed with signal",)
+
+
 def still_current(version, src, o, task=None, skip_reason=None):
     """Whether an import record (a task's `source:` mapping, or a skip's reason) written by importer
     `version` is what this version would write: the same version, or an older one (from
@@ -1834,7 +1841,7 @@ def main():
             prev = old_skips.get(rel)
             m = re.fullmatch(r"([0-9a-f]{16})-v(\d+)-s(-?\d+)-(.*)", prev[0]) if prev else None
             if m and m.group(1) == sha[:16] and m.group(3) == str(o.seed) and m.group(4) == settings and \
-                    still_current(int(m.group(2)), src, o, skip_reason=prev[1]):
+                    not prev[1].startswith(RETRIED_SKIPS) and still_current(int(m.group(2)), src, o, skip_reason=prev[1]):
                 skipped[rel] = (level, pid, prev[0], prev[1])
                 print(f"kept  {rel}: skipped before ({prev[1]})", flush=True)
                 write_skipped()
