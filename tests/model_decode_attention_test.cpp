@@ -63,7 +63,7 @@ TEST_CASE("model: decode attention on the CPU equals SDPA and a float64 referenc
   }
 }
 
-TEST_CASE("model: decode attention: a row with every key masked gets zeros; other inputs are refused") {
+TEST_CASE("model: decode attention: a row with every key masked gets zeros, other inputs are refused") {
   auto q = torch::randn({2, 4, 1, 16});
   auto k = torch::randn({2, 2, 5, 16}), v = torch::randn({2, 2, 5, 16});
   auto mask = torch::ones({2, 1, 1, 5}, torch::kBool);

@@ -10,7 +10,7 @@
 
 using namespace leap::model;
 
-TEST_CASE("model sampling: inverse-CDF draws follow the distribution; top-k and top-p cuts are never drawn") {
+TEST_CASE("model sampling: inverse-CDF draws follow the distribution, top-k and top-p cuts are never drawn") {
   const std::vector<double> p = {0.05, 0.25, 0.0001, 0.3, 0.3999};
   auto logits = torch::log(torch::tensor(p, torch::kFloat32)).unsqueeze(0).expand({4000, 5}).contiguous();
   auto gen = at::globalContext().defaultGenerator(torch::kCPU).clone();

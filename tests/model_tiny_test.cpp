@@ -124,7 +124,7 @@ TEST_CASE("model: the incremental BPE trainer merges exactly what re-counting ev
   }
 }
 
-TEST_CASE("model: a lines tokenizer is trained on the train split's rendered prompts; Python tokenizers agree") {
+TEST_CASE("model: a lines tokenizer is trained on the train split's rendered prompts, Python tokenizers agree") {
   leap::test::TempDir tmp;
   const std::string set = (tmp.path / "set").string(), dir = (tmp.path / "tiny").string();
   auto r = leap::test::run_leap("tasks generate ewred --count 80 --seed 3 --eval-fraction 0.25 --spellings canonical --names numbered --out " + set);

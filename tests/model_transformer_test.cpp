@@ -123,7 +123,7 @@ TEST_CASE("model: batched greedy generation matches transformers generate() toke
   }
 }
 
-TEST_CASE("model: sampling is reproducible with a seed; top_k=1 is greedy") {
+TEST_CASE("model: sampling is reproducible with a seed, top_k=1 is greedy") {
   const auto& root = fixture_dir();
   auto model = load_transformer(root / "llama");
   const auto g = leap_test::read_json(root / "llama" / "generate.json");
@@ -306,7 +306,7 @@ TEST_CASE("model: LoRA adapters start as a no-op, train only themselves, save an
   CHECK(max_diff(other->forward_logits(ref["input_ids"]), ref["logits"]) > 1e-3);
 }
 
-TEST_CASE("model: checkpoint errors name the tensor; unsupported rope is refused") {
+TEST_CASE("model: checkpoint errors name the tensor, unsupported rope is refused") {
   const auto& root = fixture_dir();
   auto model = load_transformer(root / "llama");
   auto sd = model->hf_state_dict();

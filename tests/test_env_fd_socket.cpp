@@ -15,7 +15,7 @@
 
 using namespace leap::env;
 
-TEST_CASE("env fd socket: descriptors travel with a message, close-on-exec; waits time out") {
+TEST_CASE("env fd socket: descriptors travel with a message, close-on-exec, waits time out") {
   int sv[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
   int pipe_fds[2];

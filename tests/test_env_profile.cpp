@@ -20,7 +20,7 @@ namespace {
 const std::string kRelu = std::string(LEAP_SOURCE_DIR) + "/tasks/starter/relu";
 }  // namespace
 
-TEST_CASE("env profile: traffic from the task's shapes and dtypes; the text states bandwidth and share") {
+TEST_CASE("env profile: traffic from the task's shapes and dtypes, the text states bandwidth and share") {
   // relu at its cpu sizes: x and y are float32 [16, 1024].
   env::RuntimeTask relu(tasks::load_task(kRelu), "cpu");
   const auto t = env::task_traffic(relu);

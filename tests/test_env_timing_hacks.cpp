@@ -60,7 +60,7 @@ const std::string kHonestFirst = std::string("  static long calls_ = 0;\n  if (+
 
 }  // namespace
 
-TEST_CASE("env timing: an honest answer is correct; skipping work in later calls is wrong_output") {
+TEST_CASE("env timing: an honest answer is correct, skipping work in later calls is wrong_output") {
   auto honest = grade_relu(kCompute);
   CAPTURE(honest.feedback);
   CHECK(honest.verdict == env::Verdict::correct);

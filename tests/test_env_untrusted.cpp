@@ -252,7 +252,7 @@ TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, only 
   CHECK(r.verdict == env::Verdict::correct);
 }
 
-TEST_CASE("env compile: a compiler killed or out of memory is not cached; the code's own error is") {
+TEST_CASE("env compile: a compiler killed or out of memory is not cached, the code's own error is") {
   test::TempDir dir;
   const fs::path cc = dir.path / "bin" / "fakecc";
   fs::create_directories(cc.parent_path());

@@ -40,7 +40,7 @@ env::BoundPlan two_tensor_plan() {
 
 }  // namespace
 
-TEST_CASE("env worker job: the job and the reply survive encoding; withheld snapshots stay in the parent") {
+TEST_CASE("env worker job: the job and the reply survive encoding, withheld snapshots stay in the parent") {
   const env::BoundPlan plan = two_tensor_plan();
   env::Artifact art;
   art.backend = "cpu";

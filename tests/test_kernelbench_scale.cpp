@@ -153,6 +153,39 @@ TEST_CASE("kernelbench import: after a kill of the importer, the same command ke
   CHECK(has(forced.out, "2 problems imported, 0 kept from before, 1 skipped"));
 }
 
+TEST_CASE("kernelbench import: a crash is tried again by the next run, other skips are kept") {
+  // 1_Flaky crashes its process (SIGSEGV) the first time it is imported and runs the second time:
+  // a crash says nothing certain about the problem, so the next run tries it again. 2_Sleeps'
+  // timeout is the problem's own measure under the same settings: kept.
+  leap::test::TempDir tmp;
+  const std::string mark = (tmp.path / "crashed-once").string();
+  tmp.write("kb/1_Flaky.py", problem("", "return torch.relu(x)",
+                                     "import os, signal\nif not os.path.exists('" + mark + "'):\n    open('" + mark +
+                                         "', 'w').close()\n    os.kill(os.getpid(), signal.SIGSEGV)\nbatch = 16\ndim = 64",
+                                     "[torch.randn(batch, dim)]"));
+  tmp.write("kb/2_Sleeps.py",
+            problem("", "import time; time.sleep(60); return x", "batch = 16\ndim = 64", "[torch.randn(batch, dim)]"));
+  tmp.write("kb/3_Relu.py", kRelu);
+  const fs::path out = tmp.path / "out";
+  const std::string cmd = "tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() + " --timeout 3";
+  auto first = run_leap(cmd);
+  CAPTURE(first.out);
+  CAPTURE(first.err);
+  REQUIRE(first.rc == 0);
+  CHECK(has(leap::test::read_file((out / "skipped.yaml").string()), "crashed with signal SIGSEGV"));
+  CHECK(has(first.out, "1 problems imported, 0 kept from before, 2 skipped"));
+  auto second = run_leap(cmd);
+  CAPTURE(second.out);
+  REQUIRE(second.rc == 0);
+  CHECK(has(second.out, "kept  2_Sleeps.py: skipped before"));
+  CHECK(has(second.out, "1 problems imported, 1 kept from before, 1 skipped"));
+  REQUIRE(fs::exists(out / "001_flaky" / "task.yaml"));
+  CHECK_FALSE(has(leap::test::read_file((out / "skipped.yaml").string()), "1_Flaky.py"));
+  auto third = run_leap(cmd);
+  CAPTURE(third.out);
+  CHECK(has(third.out, "0 problems imported, 2 kept from before, 1 skipped"));
+}
+
 TEST_CASE("kernelbench import: references at the cpu sizes agree with eager PyTorch at the same sizes") {
   // Problems of the kinds KernelBench has: a matmul, a linear layer, a conv with training-mode batch
   // norm (batch statistics), a reduction; LEAP_KB_TASKS / LEAP_KB_SRC (an imported set and its
@@ -458,7 +491,7 @@ TEST_CASE("kernelbench import: a problem too large for the CPU checks at any siz
   CHECK(v.rc == 0);
 }
 
-TEST_CASE("kernelbench import: the seeded values are checked by their SHA-256 against LibTorch's draw; a mismatch "
+TEST_CASE("kernelbench import: the seeded values are checked by their SHA-256 against LibTorch's draw, a mismatch "
           "fails naming the input, a match removes the digests") {
   leap::test::TempDir tmp;
   tmp.write("kb/1_LinearTanh.py",

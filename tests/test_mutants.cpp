@@ -35,7 +35,7 @@ std::string cpu_solution(const std::string& task) {
 
 }  // namespace
 
-TEST_CASE("mutants: each edit kind, in source order; loop headers, subscripts and comments untouched") {
+TEST_CASE("mutants: each edit kind, in source order, loop headers, subscripts and comments untouched") {
   const std::string head = "Prose with a + b.\n\n```cpp\n";
   const std::string tail = "```\n\n```yaml\nlaunches:\n  - {kernel: f, grid: [1], block: [1], args: [x]}\n```\n";
   const std::string code =

@@ -150,7 +150,7 @@ std::string env_or_empty(const char* name) {
 
 }  // namespace
 
-TEST_CASE("reliability: --resume of a run whose writer lives is refused naming the pid; a stale lease is taken over") {
+TEST_CASE("reliability: --resume of a run whose writer lives is refused naming the pid, a stale lease is taken over") {
   auto exp = tiny_experiment();
   test::TempDir dir;
   store::Store db(dir.path / "leap.db");
@@ -223,7 +223,7 @@ TEST_CASE("reliability: a writer whose lease was taken over stops without touchi
   CHECK(db.get_lease(id)->pid == 2);
 }
 
-TEST_CASE("reliability: a crash during the final evaluation is redone on resume; the summary shows the stored step-0 eval") {
+TEST_CASE("reliability: a crash during the final evaluation is redone on resume, the summary shows the stored step-0 eval") {
   auto exp = tiny_experiment();
   exp.train.eval_every = 10;  // an evaluation at step 0 and the final one
   test::TempDir dir;

@@ -200,7 +200,7 @@ TEST_CASE("report: ablation table, curves, SVG plots and HTML over two runs (DCP
   CHECK(contains(html, "<svg"));  // plots are inlined
 }
 
-TEST_CASE("report: a plot without data removes an earlier report's file; numbers that round to 0 print unsigned") {
+TEST_CASE("report: a plot without data removes an earlier report's file, numbers that round to 0 print unsigned") {
   leap::test::TempDir tmp;
   const std::string stale = tmp.write("reward_vs_step.svg", "<svg>old</svg>");
   leap::report::PlotSpec p;

@@ -204,7 +204,7 @@ TEST_CASE("report: per-arm means with standard errors over seeds (Acc@1, Acc@T, 
   CHECK(one.out.find("arm_a (20260101-000000-a001),1,2,0.250,0.500,0.750,1.33,") != std::string::npos);
 }
 
-TEST_CASE("report: a single-turn arm (turns.max 1) has no activated-groups figure; a multi-turn one has") {
+TEST_CASE("report: a single-turn arm (turns.max 1) has no activated-groups figure, a multi-turn one has") {
   leap::test::TempDir tmp;
   const std::string db = (tmp.path / "leap.db").string();
   {

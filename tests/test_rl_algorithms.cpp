@@ -459,7 +459,7 @@ TEST_CASE("rl policy loss: k3 KL with beta") {
   CHECK(t0.loss.item<double>() == doctest::Approx(0.67).epsilon(1e-6));
 }
 
-TEST_CASE("rl policy loss: splitting the batch sums to the whole; padding is inert") {
+TEST_CASE("rl policy loss: splitting the batch sums to the whole, padding is inert") {
   LossCase c;
   // Same weights, one sample at a time: -0.48 and 1.15 (see the clipping test).
   auto part = [&](int64_t i) {

@@ -422,7 +422,7 @@ TEST_CASE("rl engine: with one turn no group is activated, whatever its failure 
     for (const auto& ro : g.rollouts) CHECK(ro.turns.size() == 1);
 }
 
-TEST_CASE("rl engine: DCP off expands every failure; compaction replaces earlier turns by a digest") {
+TEST_CASE("rl engine: DCP off expands every failure, compaction replaces earlier turns by a digest") {
   Fixture f;
   ScriptedPolicy policy;
   script(policy);

@@ -146,7 +146,7 @@ TEST_CASE("rl tree: the projection is optimal (no feasible point is closer, by r
   }
 }
 
-TEST_CASE("rl tree: score_tree gives each node its own advantage; void nodes get none") {
+TEST_CASE("rl tree: score_tree gives each node its own advantage, void nodes get none") {
   // One group, two rollouts: rollout 0 fails turn 1 and gets two children (one passes);
   // rollout 1 passes turn 1. A binary reward, flat dr_grpo over the 4 nodes.
   rl::GroupResult g;

@@ -93,7 +93,7 @@ std::string decode(const model::Tokenizer& tok, const std::vector<int64_t>& ids)
 
 }  // namespace
 
-TEST_CASE("sft pool: second-turn examples hold the twin and the environment's feedback; the solution is the target") {
+TEST_CASE("sft pool: second-turn examples hold the twin and the environment's feedback, the solution is the target") {
   Setup s;
   REQUIRE(rl::shipped_solutions(s.tasks[0]->spec(), "cpu").size() == 1);
   REQUIRE(rl::shipped_solutions(s.tasks[1]->spec(), "cpu").size() == 1);
@@ -141,7 +141,7 @@ TEST_CASE("sft pool: second-turn examples hold the twin and the environment's fe
   CHECK(pool.twins.find("relu: line 6: '>' -> '<' (wrong_output)") != std::string::npos);
 }
 
-TEST_CASE("sft pool: second_turn alone adds no wrong turn-1 target; grading rounds stop at enough twins") {
+TEST_CASE("sft pool: second_turn alone adds no wrong turn-1 target, grading rounds stop at enough twins") {
   Setup s;
   s.exp.train.sft.second_turn = 2;
   FixedGrader grader;
@@ -162,7 +162,7 @@ TEST_CASE("sft pool: second_turn alone adds no wrong turn-1 target; grading roun
   }
 }
 
-TEST_CASE("sft pool: without wrong_output twins all 8 candidates are graded and an error twin is taken; none when all correct") {
+TEST_CASE("sft pool: without wrong_output twins all 8 candidates are graded and an error twin is taken, none when all correct") {
   Setup s;
   s.exp.train.sft.second_turn = 1;
   const size_t tried = std::min<size_t>(8, rl::solution_mutants(s.solution(0)).size()) +
@@ -336,7 +336,7 @@ TEST_CASE("sft_lr: constant, or cosine from lr at step 1 to 0 at the last step")
   CHECK(rl::sft_lr(c, 1) == doctest::Approx(0.004));
 }
 
-TEST_CASE("CopyExamples: a pool prompt as the context, a window of it as the target; seeded; every start reachable") {
+TEST_CASE("CopyExamples: a pool prompt as the context, a window of it as the target, seeded, every start reachable") {
   std::vector<rl::TrainSample> pool(3);
   pool[0].prompt_ids = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
   pool[1].prompt_ids = {};  // no prompt: never drawn

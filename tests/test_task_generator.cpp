@@ -135,7 +135,7 @@ TEST_CASE("generator: canonicalization preserves the computation (random chains,
   CHECK(rewritten > 500);  // the rules were exercised, not only the identity
 }
 
-TEST_CASE("generator: a seed gives byte-identical folders; the split shares no program") {
+TEST_CASE("generator: a seed gives byte-identical folders, the split shares no program") {
   leap::test::TempDir tmp;
   const fs::path a = tmp.path / "a", b = tmp.path / "b", c = tmp.path / "c";
   auto ra = run_leap("tasks generate ewred --count 60 --seed 7 --out " + a.string());
@@ -176,7 +176,7 @@ TEST_CASE("generator: a seed gives byte-identical folders; the split shares no p
   CHECK(split_by_key.size() > 600);  // the seeds drew mostly different programs
 }
 
-TEST_CASE("generator: every generated solution is correct in the cpu environment; prompts equal references") {
+TEST_CASE("generator: every generated solution is correct in the cpu environment, prompts equal references") {
   for (const Naming naming : {Naming::reuse, Naming::numbered}) {
   CAPTURE(static_cast<int>(naming));
   leap::test::TempDir tmp;
