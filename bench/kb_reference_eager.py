@@ -60,16 +60,7 @@ def one(kb_dir, tdir, device, rounds):
     model = P.model.to(device)
     tensors = [t.to(device) for t in P.tensors]
     state = {k: v.to(device) for k, v in P.state.items()}
-    taken = set(P.names)
-    by_name = {}
-    for k in P.state:
-        w = kb.re.sub(r"\W", "_", k)
-        if w[0].isdigit():
-            w = "w_" + w
-        while w in taken:
-            w += "_w"
-        taken.add(w)
-        by_name[w] = k
+    by_name = {w: k for k, w in kb.weight_names(P.names, P.state).items()}
     names = [P.names[i] for i in P.tensor_idx]
     args = [tensors[names.index(n)] if n in names else state[by_name[n]] for n in spec["inputs"]]
     ref = torch.jit.load(os.path.join(tdir, "reference.pt"), map_location=device)

@@ -12,7 +12,6 @@ LibTorch draws them, files read), and forward run eagerly. Written to OUT_DIR/<t
 floating outputs) and `shapes.txt`. A task that fails prints `fail <task>: reason`.
 """
 import os
-import re
 import sys
 
 import torch
@@ -44,16 +43,7 @@ def one(kb_dir, out_dir, tdir):
     seed = int(meta["seed"])
     P = kb.Problem(path, src, overrides_of(meta) or None, seed)
     # weight names as the importer gives them
-    taken = set(P.names)
-    by_name = {}
-    for k in P.state:
-        w = re.sub(r"\W", "_", k)
-        if w[0].isdigit():
-            w = "w_" + w
-        while w in taken:
-            w += "_w"
-        taken.add(w)
-        by_name[w] = k
+    by_name = {w: k for k, w in kb.weight_names(P.names, P.state).items()}
     weights = dict(P.state)
     tensor_names = [P.names[i] for i in P.tensor_idx]
     ins = []

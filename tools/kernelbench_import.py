@@ -1070,17 +1070,7 @@ def convert_at(level, pid, path, out_dir, o, factor, gpu_only=None, meta=None):
                     raise Skip(f"forward modifies its input '{T.names[T.tensor_idx[i]]}' in place")
             del probe, kept, out2
 
-    # Parameter / buffer names as identifiers, unique among the inputs.
-    taken = set(T.names)
-    wnames = {}
-    for k in state:
-        w = re.sub(r"\W", "_", k)
-        if w[0].isdigit():
-            w = "w_" + w
-        while w in taken:
-            w += "_w"
-        taken.add(w)
-        wnames[k] = w
+    wnames = weight_names(T.names, state)  # parameter / buffer names as identifiers
     keys = list(state)
     n_t = len(tensors)
 
@@ -1663,6 +1653,24 @@ OLDEST_KEPT = 3  # records of older versions are always redone
 # nothing certain about the problem. (A budget or timeout skip is the problem's own measure under
 # the same settings: kept.)
 RETRIED_SKIPS = ("crashed with signal",)
+
+
+def weight_names(input_names, state):
+    """{parameter or buffer name: the task input name it is given}: the name as an identifier
+    (non-word characters to "_", "w_" before a leading digit), "_w" appended until it is unique among
+    `input_names` and the names given before. The tools that read an imported task back
+    (kernelbench_eager.py, bench/kb_reference_eager.py) name the weights with this too."""
+    taken = set(input_names)
+    out = {}
+    for k in state:
+        w = re.sub(r"\W", "_", k)
+        if w[0].isdigit():
+            w = "w_" + w
+        while w in taken:
+            w += "_w"
+        taken.add(w)
+        out[k] = w
+    return out
 
 
 def still_current(version, src, o, task=None, skip_reason=None):
