@@ -11,7 +11,11 @@
 # Steps already done are skipped (delete models/ewred_lines-sft to redo the warm start). Every heavy
 # command runs under `nice -n 10`.
 #
-# Environment: SEEDS (default "0 1 2"), WARM_SEEDS (warm starts, default "0": seed w != 0 makes
+# MODEL=smollm2 runs the same ablation on SmolLM2-135M-Instruct (configs/smollm2: its warm start
+# and arms, sized for 2 cores; the model comes from `bash scripts/get-model.sh smollm2`, the warm
+# start goes to models/smollm2-sft, the store to results/ablation-smollm2).
+#
+# Environment: MODEL (tiny | smollm2, default tiny), SEEDS (default "0 1 2"), WARM_SEEDS (warm starts, default "0": seed w != 0 makes
 # models/ewred_lines-sft-w<w> with `--set train.seed=w` and runs every arm x seed from it, so the
 # spread covers the warm start too), ARMS (default all four), OUT (default results/ablation:
 # the store OUT/leap.db, run folders, OUT/sft.db for the warm start), TARGET (eval Acc@1 for the
@@ -22,13 +26,17 @@ cd "$(dirname "$0")/.."
 SEEDS=${SEEDS:-"0 1 2"}
 WARM_SEEDS=${WARM_SEEDS:-0}
 ARMS=${ARMS:-"st_grpo mt_binary mt_rank mt_dcp_rank"}
-OUT=${OUT:-results/ablation}
+MODEL=${MODEL:-tiny}
+case "$MODEL" in
+  tiny) CONFIGS=configs/generated; SFT=models/ewred_lines-sft; OUT=${OUT:-results/ablation} ;;
+  smollm2) CONFIGS=configs/smollm2; SFT=models/smollm2-sft; OUT=${OUT:-results/ablation-smollm2} ;;
+  *) echo "ablation: unknown MODEL '$MODEL' (tiny | smollm2)" >&2; exit 2 ;;
+esac
 TARGET=${TARGET:-0.8}
 SET=${SET:-}
 LEAP=${LEAP:-build/leap}
 TASKS=tasks/generated/ewred_lines
 TINY=models/ewred_lines-tiny
-SFT=models/ewred_lines-sft
 NICE="nice -n 10"
 
 [ -x "$LEAP" ] || $NICE bash scripts/build.sh
@@ -38,9 +46,10 @@ if [ ! -f "$TASKS/set.yaml" ]; then
   $LEAP tasks generate ewred --count 2700 --seed 0 --eval-fraction 0.0740741 --spellings canonical --names numbered \
     --out "$TASKS"
 fi
-if [ ! -f "$TINY/config.json" ]; then
+if [ "$MODEL" = tiny ] && [ ! -f "$TINY/config.json" ]; then
   $NICE $LEAP model init --preset tiny --pretokenizer lines --corpus "$TASKS" --out "$TINY" --seed 0
 fi
+[ "$MODEL" = smollm2 ] && bash scripts/get-model.sh smollm2
 # The warm start of seed w: models/ewred_lines-sft (w = 0, as before) or models/ewred_lines-sft-w<w>.
 sft_of() { if [ "$1" = 0 ]; then echo "$SFT"; else echo "$SFT-w$1"; fi; }
 # The run files of arm x RL seed from warm start w: OUT/ARM-seedS (w = 0) or OUT/ARM-wW-seedS.
@@ -49,7 +58,7 @@ for w in $WARM_SEEDS; do
   sft=$(sft_of "$w")
   if [ ! -f "$sft/config.json" ]; then
     tag=$( [ "$w" = 0 ] && echo sft || echo "sft-w$w" )
-    $NICE $LEAP --db "$OUT/sft.db" --results-dir "$OUT" train configs/generated/sft.yaml --set train.seed="$w" |
+    $NICE $LEAP --db "$OUT/sft.db" --results-dir "$OUT" train "$CONFIGS/sft.yaml" --set train.seed="$w" |
       tee "$OUT/$tag.txt"
     ckpt=$(awk '/^  checkpoint /{print $2}' "$OUT/$tag.txt" | tail -1)
     [ -f "$ckpt/config.json" ] || { echo "ablation: no checkpoint found after the warm start ($ckpt)" >&2; exit 1; }
@@ -64,7 +73,7 @@ run_arm() {
   name=$(name_of "$arm" "$w" "$seed")
   [ "$w" = 0 ] || model=(--set model.path="$(sft_of "$w")")
   # shellcheck disable=SC2086
-  $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" train "configs/generated/$arm.yaml" \
+  $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" train "$CONFIGS/$arm.yaml" \
     --set train.seed="$seed" "${model[@]}" $SET >"$OUT/$name.txt" 2>"$OUT/$name.log" ||
     { echo "ablation: $name failed (tail of $OUT/$name.log):" >&2; tail -5 "$OUT/$name.log" >&2; return 1; }
   echo "ablation: $name: run $(awk '/^run .* finished:/{print $2}' "$OUT/$name.txt" | tail -1)," \
