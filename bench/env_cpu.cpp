@@ -1,13 +1,19 @@
 // Benchmark (not a test): cached evaluations per second of the cpu environment on the starter
-// set's cpu solutions, sandboxed exec-started workers (the default) against the older path that
-// forks the parent per worker (PoolOptions::Spawn::fork), with 1 and 2 workers, alternating the
-// two sides (fork, exec, fork, exec, ...) and printing the median of the per-pair ratios with its
-// range; then the cost of one cached evaluation split into process start, candidate run (the
-// worker job, IPC included) and the parent's share (reference, input generation, checks).
-//
+// set's cpu solutions, with 1 and 2 workers, alternating two sides (A, B, A, B, ...) and printing
+// the median of the per-pair ratios B/A with its range; then the cost of one cached evaluation
+// split into process start, candidate run (the worker job, IPC included) and the parent's share
+// (reference, input generation, checks). The two sides (COMPARE):
+//   parent (default): the parent's share before issue "Environment V" item 8 (every evaluation
+//     generates its inputs and runs the reference on them, VerifierOptions::reference_cache_mb 0;
+//     every run of a CPU-time check job checked, check_job_sample 0) against the defaults (the
+//     reference cache of env/reference_cache.hpp; a sample of a check job's runs checked), both
+//     with sandboxed exec-started workers and the one-pass output check; each pass grades every
+//     answer twice in a row, as a group's answers share a task;
+//   spawn: the older path that forks the parent per worker (PoolOptions::Spawn::fork) against
+//     sandboxed exec-started workers (the default).
 // The parent holds PARENT_MB of touched memory (default 2048), as a trainer holds its policy's
 // weights and optimizer state: that is what a fork of the parent copies page tables for.
-//   ninja -C build bench_env_cpu && ./build/bench_env_cpu [tasks/starter] [pairs=5] [parent_mb=2048]
+//   ninja -C build bench_env_cpu && ./build/bench_env_cpu [tasks/starter] [pairs=5] [parent_mb=2048] [COMPARE]
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,8 +58,15 @@ struct Pass {
   int correct = 0, total = 0;
 };
 
-Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, env::PoolOptions::Spawn spawn,
-              const std::string& cache_dir) {
+/// One side of the comparison.
+struct Side {
+  const char* name;
+  env::PoolOptions::Spawn spawn;
+  size_t reference_cache_mb;
+  int check_job_sample;
+};
+
+Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, const Side& side, const std::string& cache_dir) {
   config::EnvConfig e;
   e.workers = workers;
   e.timing.warmup = 1;
@@ -66,9 +79,12 @@ Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, env::PoolOpti
   po.workers = workers;
   po.run_timeout_s = e.run_timeout_s;
   po.cpu_time_limit = true;
-  po.spawn = spawn;
+  po.spawn = side.spawn;
   auto pool = std::make_shared<env::WorkerPool>(backend, po);
-  env::Verifier verifier(backend, pool, cli::verifier_options(e));
+  env::VerifierOptions vo = cli::verifier_options(e);
+  vo.reference_cache_mb = side.reference_cache_mb;
+  vo.check_job_sample = side.check_job_sample;
+  env::Verifier verifier(backend, pool, vo);
   const env::PoolStats before = pool->stats();
   auto t0 = std::chrono::steady_clock::now();
   auto results = cli::grade_all(verifier, jobs, workers);
@@ -95,6 +111,17 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
   const int pairs = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
   const size_t parent_mb = argc > 3 ? static_cast<size_t>(std::atol(argv[3])) : 2048;
+  const std::string compare = argc > 4 ? argv[4] : "parent";
+  using S = env::PoolOptions::Spawn;
+  const env::VerifierOptions defaults;
+  Side sides[2] = {{"before", S::exec, 0, 0}, {"after", S::exec, defaults.reference_cache_mb, defaults.check_job_sample}};
+  if (compare == "spawn") {
+    sides[0] = {"fork", S::fork, defaults.reference_cache_mb, defaults.check_job_sample};
+    sides[1] = {"exec", S::exec, defaults.reference_cache_mb, defaults.check_job_sample};
+  } else if (compare != "parent") {
+    std::fprintf(stderr, "bench_env_cpu: COMPARE is parent or spawn, not '%s'\n", compare.c_str());
+    return 2;
+  }
   auto set = tasks::load_task_set(dir);
   std::vector<std::unique_ptr<env::RuntimeTask>> rts;
   std::vector<cli::GradeJob> jobs;
@@ -103,33 +130,42 @@ int main(int argc, char** argv) {
     for (const auto& e : fs::directory_iterator(fs::path(spec.dir) / "solutions"))
       if (e.path().filename().string().rfind("cpu_", 0) == 0) jobs.push_back({rts.back().get(), e.path().string(), slurp(e.path())});
   }
+  if (compare == "parent") {  // two answers per task in a row, as in a group
+    std::vector<cli::GradeJob> twice;
+    for (const auto& j : jobs) {
+      twice.push_back(j);
+      twice.push_back(j);
+    }
+    jobs = std::move(twice);
+  }
   // The trainer-like parent: touched memory that a fork must map into every child.
   std::vector<char> ballast(parent_mb << 20);
   std::memset(ballast.data(), 1, ballast.size());
   std::string cache_dir = (fs::temp_directory_path() / ("leap-bench-cache-" + std::to_string(getpid()))).string();
-  std::printf("bench_env_cpu: %zu cpu answers of %s, compile cache on (warmed), %d pairs per worker count; "
-              "seeds 5, timing warmup 1, trials 5, max 0.1 s; parent holds %zu MB\n",
-              jobs.size(), set.name.c_str(), pairs, parent_mb);
-  run_pass(jobs, 2, env::PoolOptions::Spawn::exec, cache_dir);  // warms the compile cache (not measured)
-  using S = env::PoolOptions::Spawn;
+  std::printf("bench_env_cpu: %s against %s, %zu cpu answers of %s, compile cache on (warmed), %d pairs per worker "
+              "count; seeds 5, timing warmup 1, trials 5, max 0.1 s; parent holds %zu MB\n",
+              sides[1].name, sides[0].name, jobs.size(), set.name.c_str(), pairs, parent_mb);
+  run_pass(jobs, 2, sides[1], cache_dir);  // warms the compile cache (not measured)
   for (int w = 1; w <= 2; ++w) {
     std::vector<double> ratios, fork_rate, exec_rate;
     Pass last_fork, last_exec;
     std::vector<Pass> exec_passes, fork_passes;
     for (int i = 0; i < pairs; ++i) {
-      Pass a = run_pass(jobs, w, S::fork, cache_dir);
-      Pass b = run_pass(jobs, w, S::exec, cache_dir);
+      Pass a = run_pass(jobs, w, sides[0], cache_dir);
+      Pass b = run_pass(jobs, w, sides[1], cache_dir);
       ratios.push_back(b.evals_per_s / a.evals_per_s);
       fork_rate.push_back(a.evals_per_s);
       exec_rate.push_back(b.evals_per_s);
       fork_passes.push_back(a);
       exec_passes.push_back(b);
       if (a.correct != a.total || b.correct != b.total)
-        std::printf("  warning: pair %d: fork %d/%d correct, exec %d/%d correct\n", i, a.correct, a.total, b.correct, b.total);
+        std::printf("  warning: pair %d: %s %d/%d correct, %s %d/%d correct\n", i, sides[0].name, a.correct, a.total,
+                    sides[1].name, b.correct, b.total);
     }
-    std::printf("workers %d: fork %.2f eval/s, exec (sandboxed) %.2f eval/s (medians); exec/fork median %.2fx "
+    std::printf("workers %d: %s %.2f eval/s, %s %.2f eval/s (medians); %s/%s median %.2fx "
                 "[min %.2fx, max %.2fx] over %d pairs\n",
-                w, median(fork_rate), median(exec_rate), median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                w, sides[0].name, median(fork_rate), sides[1].name, median(exec_rate), sides[1].name, sides[0].name,
+                median(ratios), *std::min_element(ratios.begin(), ratios.end()),
                 *std::max_element(ratios.begin(), ratios.end()), pairs);
     for (auto* side : {&fork_passes, &exec_passes}) {
       std::vector<double> wt, sp, jb, pa;
@@ -141,10 +177,10 @@ int main(int argc, char** argv) {
       }
       // Shares of the grading threads' time (workers x wall) per evaluation.
       const double total = median(wt) + median(jb) + median(pa);
-      std::printf("  %-5s one cached evaluation, per grading thread (medians): process start %.1f ms (%.0f%%; "
+      std::printf("  %-9s one cached evaluation, per grading thread (medians): process start %.1f ms (%.0f%%; "
                   "waiting for a ready worker), candidate run %.1f ms (%.0f%%), parent: reference and checks %.1f ms "
                   "(%.0f%%); starting its workers took %.1f ms, mostly in the background\n",
-                  side == &fork_passes ? "fork:" : "exec:", median(wt), 100 * median(wt) / total, median(jb),
+                  (std::string(side == &fork_passes ? sides[0].name : sides[1].name) + ":").c_str(), median(wt), 100 * median(wt) / total, median(jb),
                   100 * median(jb) / total, median(pa), 100 * median(pa) / total, median(sp));
     }
   }

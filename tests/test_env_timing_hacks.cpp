@@ -498,6 +498,19 @@ TEST_CASE("env timing: code that computes only some of the timed calls fails (ev
   CHECK(one.feedback.find("on timed call 11 of") != std::string::npos);
 }
 
+TEST_CASE("env timing: a CPU-time check job's runs are checked by a sample drawn after it, so skipping some fails") {
+  // relu is short, so its timing job (6 runs) is followed by a CPU-time check job of hundreds of
+  // runs, a new worker process: this code computes the timing job and skips every 4th call
+  // beyond the 40th, which only a check job makes. Of the check job's runs, 128 drawn after the
+  // job are checked (VerifierOptions::check_job_sample): all of them miss the skipped quarter
+  // with probability 0.75^128, about 1e-16.
+  auto r = grade_relu(std::string("  static long calls_ = 0;\n  if (++calls_ > 40 && calls_ % 4 == 0) return;\n") + kCompute);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::wrong_output);
+  CHECK((r.feedback.find("on timed call") != std::string::npos ||
+         r.feedback.find("after the timing loop") != std::string::npos));
+}
+
 TEST_CASE("env timing: no code of the answer runs after its last call (its destructors never run)") {
   // A destructor that would spoil the last output it was given, after the timing loop: the code
   // stays loaded and its worker ends without running it, so the outputs are the calls' own.

@@ -10,6 +10,7 @@
 #include "env/input_rewrite.hpp"
 #include "env/timing_schedule.hpp"
 #include "env/reference.hpp"
+#include "env/reference_cache.hpp"
 #include "util/hash.hpp"
 
 namespace leap::env {
@@ -32,7 +33,12 @@ uint64_t fresh_secret(const std::string& artifact_key) {
 
 void Evaluation::plan_timing() {
   const int R = o_.timing_sets;
-  for (int r = 0; r < R; ++r) set_inputs_.push_back(make_inputs(task_, input_seed(task_, o_.seed, o_.seeds + r), -1));
+  for (int r = 0; r < R; ++r) {  // generated once per task and seed (env/reference_cache.hpp)
+    const uint64_t seed = input_seed(task_, o_.seed, o_.seeds + r);
+    set_inputs_.push_back(
+        v_.reference_cache_->inputs(ReferenceCache::key(task_, seed, o_.threads), [&] { return make_inputs(task_, seed, -1); })
+            ->inputs);
+  }
   // Rewritten (block copies): every input but fixed values (the problem's weights). Perturbed as
   // well, on the cpu backend: every element of a normal floating input changes a little for each
   // run (env/input_rewrite.hpp perturb_input), unless it must keep its declared distribution
@@ -74,6 +80,7 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   size_t n_checked =
       strict || every_run ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, o_.checked_runs)));
   n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes_));
+  job.sampled_checks = fixed_runs > 0 && !strict && o_.check_job_sample > 0;
   RunRequest& treq = job.request;
   treq = timing_request(o_, job.rotations);
   if (fixed_runs > 0) {
@@ -115,6 +122,21 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   return job;
 }
 
+std::vector<char> Evaluation::runs_to_check(const TimingJob& job) const {
+  int most = 0;
+  for (int t : job.run.runs) most = std::max(most, t + 1);
+  std::vector<char> checked(static_cast<size_t>(most), 1);
+  if (!job.sampled_checks || static_cast<int>(job.run.runs.size()) <= o_.check_job_sample) return checked;
+  // Drawn now, after the job: nothing the code could read while it ran says which.
+  std::vector<int> runs = job.run.runs;
+  std::random_device rd;
+  std::mt19937_64 pick((static_cast<uint64_t>(rd()) << 32) ^ rd());
+  std::shuffle(runs.begin(), runs.end(), pick);
+  std::fill(checked.begin(), checked.end(), 0);
+  for (int k = 0; k < o_.check_job_sample; ++k) checked[static_cast<size_t>(runs[static_cast<size_t>(k)])] = 1;
+  return checked;
+}
+
 std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& out) {
   const int R = o_.timing_sets;
   const RunOutcome& run = job.run;
@@ -139,6 +161,7 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
     for (const auto& x : set_inputs_[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
   std::vector<int> last_run(static_cast<size_t>(R), -1);
   for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
+  const std::vector<char> checked = runs_to_check(job);
   const std::string total_text = std::to_string(run.runs.size());
   int ordinal = 0;
   for (int t : run.runs) {
@@ -152,7 +175,7 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
       perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()));
     }
     const Snapshot* snap = snapshot_for_run(treq, t);
-    if (!snap || t == last_run[set]) continue;  // the last run of a set is checked below
+    if (!snap || t == last_run[set] || !checked[static_cast<size_t>(t)]) continue;  // each set's last: below
     std::vector<int> index = rotations[set];
     for (const auto& [pos, dst] : snap->copies) index[static_cast<size_t>(pos)] = dst;
     if (auto bad = check_outputs(tbuf, index, state[set], reference(state[set]),

@@ -83,6 +83,9 @@ struct TimingJob {
   RunRequest request;                       ///< schedule, secret, rewrites, snapshots
   std::unique_ptr<SharedBuffers> buf;       ///< the job's shared memory
   RunOutcome run;                           ///< the worker's reply
+  /// A CPU-time check job, not strict: verify_job checks VerifierOptions::check_job_sample of its
+  /// runs, drawn after the job, and each set's last run (every run is snapshotted all the same).
+  bool sampled_checks = false;
 };
 
 /// A candidate's median time (ms) over n trials, or the reference's.
@@ -137,6 +140,9 @@ class Evaluation {
   /// A timing job on fresh buffers with a fresh secret; `fixed_runs` > 0: a CPU-time check job
   /// (exactly that many runs, no time box, every run checked).
   TimingJob prepare_job(bool strict, int fixed_runs = 0) const;
+  /// Per run number of `job`, whether verify_job checks it: every run, or for a sampled CPU-time
+  /// check job check_job_sample runs drawn now (each set's last run is checked regardless).
+  std::vector<char> runs_to_check(const TimingJob& job) const;
   /// Replays the job's input rewrites and checks the checked runs and each set's last run against
   /// the reference; the failing result, or nothing with `out` the median reported time.
   std::optional<EvalResult> verify_job(const TimingJob& job, Timed& out);

@@ -109,8 +109,15 @@ inline constexpr double kAtolRmsFraction = 0.1;
 /// grows with outputs larger than that scale (large-magnitude inputs); the cap makes an all-zeros
 /// or constant output fail however small the true values are. A non-finite reference element must
 /// be matched exactly (NaN by NaN).
+/// float32 and float64 outputs that pass are decided in one plain loop; a failure, and other
+/// dtypes, go through compare_output_tensors, which gives the same result in tensor ops.
 Comparison compare_output(const torch::Tensor& got, const torch::Tensor& ref, double atol, double rtol,
                           double declared_rms = 0);
+
+/// compare_output in tensor ops (double precision) for any dtype: its path for failures and for
+/// dtypes other than float32 / float64, and the oracle its loop is tested against.
+Comparison compare_output_tensors(const torch::Tensor& got, const torch::Tensor& ref, double atol, double rtol,
+                                  double declared_rms = 0);
 
 /// Root mean square of the finite elements of `t` (0 if none).
 double finite_rms(const torch::Tensor& t);

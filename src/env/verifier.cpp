@@ -3,6 +3,7 @@
 #include "env/verifier.hpp"
 
 #include "env/evaluation.hpp"
+#include "env/reference_cache.hpp"
 #include "util/hash.hpp"
 
 namespace leap::env {
@@ -17,7 +18,10 @@ Verifier::Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool>
   if (options_.seeds < 1) options_.seeds = 1;
   if (options_.trials < 1) options_.trials = 1;
   if (options_.timing_sets < 1) options_.timing_sets = 1;
+  reference_cache_ = std::make_unique<ReferenceCache>(options_.reference_cache_mb << 20);
 }
+
+Verifier::~Verifier() = default;
 
 EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) {
   Evaluation e(*this, task);

@@ -19,6 +19,7 @@
 namespace leap::env {
 
 class Evaluation;
+class ReferenceCache;
 
 /// Settings of a Verifier (the cli fills them from the experiment's `env:` section).
 struct VerifierOptions {
@@ -38,6 +39,13 @@ struct VerifierOptions {
   bool profile_feedback = false;    ///< a correct answer's feedback gets env/profile.hpp's line
   double peak_gb_s = 0;             ///< the bandwidth that line states a share of (GB/s); <= 0: none
   std::string peak_name;            ///< what that bandwidth is
+  /// Memory for the reference's inputs and outputs kept across evaluations (env/reference_cache.hpp:
+  /// the answers of a group share a task and its seeds), MiB; 0: every evaluation computes its own.
+  size_t reference_cache_mb = 256;
+  /// Runs of a CPU-time check job (up to 4096, docs/env.md "Timing") checked against the
+  /// reference: this many, drawn after the job ends (so its code cannot know which), plus each
+  /// input set's last run; 0: every run. A strict re-measure checks every run regardless.
+  int check_job_sample = 128;
 };
 
 /// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several
@@ -60,6 +68,7 @@ struct VerifierOptions {
 class Verifier {
  public:
   Verifier(std::shared_ptr<Backend> backend, std::shared_ptr<WorkerPool> pool, VerifierOptions options = {});
+  ~Verifier();
 
   /// Evaluates `answer` (the model's full text) for `task`. A fault of the answer is a verdict;
   /// a broken task (its reference fails) or toolchain throws leap::Error.
@@ -67,6 +76,8 @@ class Verifier {
 
   const VerifierOptions& options() const { return options_; }
   Backend& backend() { return *backend_; }
+  /// The reference inputs and outputs kept across evaluations (hits and misses in its stats()).
+  const ReferenceCache& reference_cache() const { return *reference_cache_; }
 
  private:
   friend class Evaluation;  // one evaluate call's steps (env/evaluation.hpp)
@@ -76,6 +87,7 @@ class Verifier {
   std::mutex reference_mutex_;
   std::mutex cpu_checks_mutex_;
   std::unordered_map<std::string, CpuUse> cpu_checks_;  ///< by code, plan, task and threads
+  std::unique_ptr<ReferenceCache> reference_cache_;
   DeviceLock device_lock_;  // timing windows exclusive, correctness runs shared (env/device_lock.hpp)
 };
 
