@@ -11,6 +11,7 @@
 #include "env/cuda_reference.hpp"
 #include "env/poison.hpp"
 #include "env/timing_schedule.hpp"
+#include "util/median.hpp"
 #include "util/error.hpp"
 
 namespace leap::env {
@@ -27,14 +28,6 @@ std::string read_binary(const std::string& path) {
 
 std::string dims_text(const std::array<int64_t, 3>& d) {
   return "[" + std::to_string(d[0]) + ", " + std::to_string(d[1]) + ", " + std::to_string(d[2]) + "]";
-}
-
-/// The median of `v` (ms); v is reordered. 0 for an empty list.
-double median_ms(std::vector<double>& v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string launch_name(const BoundPlan& plan, size_t li) {
@@ -332,9 +325,8 @@ bool CudaJob::load_functions(const Artifact& artifact, const std::string& arch) 
     fail(Verdict::launch_error, "the compiled module (" + arch + ") could not be loaded on this GPU", r, -1);
     return false;
   }
-  int max_optin = 0, max_default = 0;
+  int max_optin = 0;
   d.cuDeviceGetAttribute(&max_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
-  d.cuDeviceGetAttribute(&max_default, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, dev);
   std::map<std::string, CUfunction> functions;
   std::map<std::string, int64_t> max_dynamic;  // per kernel: the largest dynamic shared memory asked for
   fn.assign(plan.launches.size(), nullptr);
@@ -639,7 +631,7 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   if (!run_timing_schedule(request, job.n_rot, hooks, out)) return out;
   if (current_launch) current_launch->store(-1);
   if (job.profile && !job.launch_samples.front().empty())
-    for (auto& samples : job.launch_samples) out.launch_ms.push_back(median_ms(samples));
+    for (auto& samples : job.launch_samples) out.launch_ms.push_back(samples.empty() ? 0.0 : util::median(samples));
 
   // 6. Every tensor back to the shared host memory (inputs too: the verifier checks them).
   job.download();

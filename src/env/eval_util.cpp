@@ -23,13 +23,6 @@ std::string fmt_ms(double v) {
   return buf;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 void write_tensor(SharedBuffers& buf, size_t i, const torch::Tensor& t) {
   torch::Tensor c = t.contiguous();
   const size_t n = static_cast<size_t>(c.nbytes());

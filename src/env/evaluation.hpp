@@ -27,6 +27,7 @@
 #include "env/launch_plan.hpp"
 #include "env/shared_buffers.hpp"
 #include "env/verifier.hpp"
+#include "util/median.hpp"
 
 namespace leap::env {
 
@@ -34,8 +35,7 @@ namespace leap::env {
 std::string fmt_num(double v);
 /// Formats a time in ms with 4 significant digits ("%.4g").
 std::string fmt_ms(double v);
-/// Median of `v`; NaN when empty.
-double median(std::vector<double> v);
+using util::median;  // NaN when empty (util/median.hpp)
 /// Copies `t` (contiguous, same byte size) into tensor i of `buf`. Throws leap::Error on a size mismatch.
 void write_tensor(SharedBuffers& buf, size_t i, const torch::Tensor& t);
 /// Poisons tensor i of `buf` (env/poison.hpp: NaN, or the integer / byte sentinel).

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
 
 #include "util/error.hpp"
 
@@ -16,34 +17,67 @@ struct Baseline {
   double scale = 1.0;
 };
 
-Baseline baseline(const std::vector<double>& s, AdvantageKind kind, double std_eps) {
+double mean_of(const std::vector<double>& s) {
+  double sum = 0.0;
+  for (double x : s) sum += x;
+  return sum / static_cast<double>(s.size());
+}
+
+/// GRPO (arXiv:2402.03300, section 4.1.2): the group mean, divided by the group's std + std_eps.
+Baseline grpo_baseline(const std::vector<double>& s, double std_eps) {
+  const double mean = mean_of(s);
+  double ss = 0.0;
+  for (double x : s) ss += (x - mean) * (x - mean);
+  // Unbiased (Bessel-corrected) std, as verl's GRPO estimator (torch.std); G >= 2 here.
+  // Equal scores (std 0) leave the advantage unscaled: dividing by std_eps alone would blow up
+  // any later-turn return that differs from the baseline.
+  const double sd = std::sqrt(ss / (static_cast<double>(s.size()) - 1.0));
+  return Baseline{std::vector<double>(s.size(), mean), sd > 0 ? sd + std_eps : 1.0};
+}
+
+/// Dr. GRPO (arXiv:2503.20783, section 3.1): the group mean, no std division.
+Baseline dr_grpo_baseline(const std::vector<double>& s, double) {
+  return Baseline{std::vector<double>(s.size(), mean_of(s)), 1.0};
+}
+
+/// RLOO (arXiv:2402.14740, section 3.2): the mean of the other rollouts' scores.
+Baseline rloo_baseline(const std::vector<double>& s, double) {
   const double g = static_cast<double>(s.size());
   double sum = 0.0;
   for (double x : s) sum += x;
-  const double mean = sum / g;
-  Baseline out;
-  out.b.assign(s.size(), mean);
-  if (kind == AdvantageKind::rloo) {
-    for (size_t i = 0; i < s.size(); ++i) out.b[i] = (sum - s[i]) / (g - 1.0);
-  } else if (kind == AdvantageKind::grpo) {
-    double ss = 0.0;
-    for (double x : s) ss += (x - mean) * (x - mean);
-    // Unbiased (Bessel-corrected) std, as verl's GRPO estimator (torch.std); G >= 2 here.
-    // Equal scores (std 0) leave the advantage unscaled: dividing by std_eps alone would blow up
-    // any later-turn return that differs from the baseline.
-    const double sd = std::sqrt(ss / (g - 1.0));
-    out.scale = sd > 0 ? sd + std_eps : 1.0;
-  }
+  Baseline out{std::vector<double>(s.size()), 1.0};
+  for (size_t i = 0; i < s.size(); ++i) out.b[i] = (sum - s[i]) / (g - 1.0);
   return out;
+}
+
+/// The estimators, one row each (config `advantage.kind`; an ablation is a row). Tree-OPO's
+/// staged estimators (sae, sae_projection) need the debugging tree: rl/tree_advantage.hpp.
+struct Estimator {
+  std::string_view name;
+  AdvantageKind kind;
+  Baseline (*baseline)(const std::vector<double>& scores, double std_eps);
+};
+constexpr Estimator kEstimators[] = {
+    {"grpo", AdvantageKind::grpo, grpo_baseline},
+    {"dr_grpo", AdvantageKind::dr_grpo, dr_grpo_baseline},
+    {"rloo", AdvantageKind::rloo, rloo_baseline},
+};
+
+Baseline baseline(const std::vector<double>& s, AdvantageKind kind, double std_eps) {
+  for (const Estimator& e : kEstimators)
+    if (e.kind == kind) return e.baseline(s, std_eps);
+  throw Error("internal: advantage kind " + std::to_string(static_cast<int>(kind)) + " has no estimator");
 }
 
 }  // namespace
 
 AdvantageKind parse_advantage_kind(std::string_view name) {
-  if (name == "grpo") return AdvantageKind::grpo;
-  if (name == "dr_grpo") return AdvantageKind::dr_grpo;
-  if (name == "rloo") return AdvantageKind::rloo;
-  throw Error("unknown advantage kind '" + std::string(name) + "' (valid: grpo, dr_grpo, rloo)");
+  std::string valid;
+  for (const Estimator& e : kEstimators) {
+    if (e.name == name) return e.kind;
+    valid += (valid.empty() ? "" : ", ") + std::string(e.name);
+  }
+  throw Error("unknown advantage kind '" + std::string(name) + "' (valid: " + valid + ")");
 }
 
 std::vector<double> group_advantages(const std::vector<double>& scores, AdvantageKind kind,

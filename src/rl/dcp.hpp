@@ -2,15 +2,13 @@
 // Difficulty-Conditioned Pruning: which groups go on to debugging turns. Source: LEAP (DESIGN.md
 // section 4 "Difficulty-Conditioned Pruning"; DESIGN.md names the paper but not its arXiv id, and
 // we have not verified one). Applied in one place, rl/rollout.cpp apply_dcp. No torch.
+#include "config/experiment.hpp"
 
 namespace leap::rl {
 
-/// Config `dcp.*`.
-struct DcpOptions {
-  bool enabled = true;
-  double min_fail_ratio = 0.5;    ///< expand only if at least this share failed turn 1
-  double max_fail_ratio = 0.875;  ///< ... and at most this share
-};
+/// Config `dcp.*` itself (enabled, min_fail_ratio, max_fail_ratio; config/experiment.hpp): a
+/// mirror would add nothing.
+using DcpOptions = config::DcpConfig;
 
 /// The decision for one group after turn 1.
 struct DcpDecision {

@@ -246,9 +246,7 @@ EngineOptions engine_options(const config::Experiment& exp, std::shared_ptr<cons
   o.refine_after_success = exp.turns.refine_after_success;
   o.branch = static_cast<int>(exp.turns.branch);
   o.max_env_calls = exp.turns.max_env_calls;
-  o.dcp.enabled = exp.dcp.enabled;
-  o.dcp.min_fail_ratio = exp.dcp.min_fail_ratio;
-  o.dcp.max_fail_ratio = exp.dcp.max_fail_ratio;
+  o.dcp = exp.dcp;
   o.compaction = exp.compaction.enabled;
   o.max_prompt_tokens = exp.compaction.max_prompt_tokens;
   o.compaction_strategy = exp.compaction.strategy;
