@@ -15,7 +15,9 @@
 # and arms, sized for 2 cores; the model comes from `bash scripts/get-model.sh smollm2`, the warm
 # start goes to models/smollm2-sft, the store to results/ablation-smollm2).
 #
-# Environment: MODEL (tiny | smollm2, default tiny), SEEDS (default "0 1 2"), WARM_SEEDS (warm starts, default "0": seed w != 0 makes
+# Environment: MODEL (tiny | smollm2, default tiny), EVAL_AFTER (1: score each arm run's last
+# checkpoint with `leap eval --run` on EVAL_SPLIT (default eval), at most EVAL_LIMIT tasks (0: all);
+# MODEL=smollm2 sets it, with EVAL_LIMIT 60), SEEDS (default "0 1 2"), WARM_SEEDS (warm starts, default "0": seed w != 0 makes
 # models/ewred_lines-sft-w<w> with `--set train.seed=w` and runs every arm x seed from it, so the
 # spread covers the warm start too), ARMS (default all four), OUT (default results/ablation:
 # the store OUT/leap.db, run folders, OUT/sft.db for the warm start), TARGET (eval Acc@1 for the
@@ -29,7 +31,8 @@ ARMS=${ARMS:-"st_grpo mt_binary mt_rank mt_dcp_rank"}
 MODEL=${MODEL:-tiny}
 case "$MODEL" in
   tiny) CONFIGS=configs/generated; SFT=models/ewred_lines-sft; OUT=${OUT:-results/ablation} ;;
-  smollm2) CONFIGS=configs/smollm2; SFT=models/smollm2-sft; OUT=${OUT:-results/ablation-smollm2} ;;
+  smollm2) CONFIGS=configs/smollm2; SFT=models/smollm2-sft; OUT=${OUT:-results/ablation-smollm2}
+           EVAL_AFTER=${EVAL_AFTER:-1}; EVAL_LIMIT=${EVAL_LIMIT:-60} ;;
   *) echo "ablation: unknown MODEL '$MODEL' (tiny | smollm2)" >&2; exit 2 ;;
 esac
 TARGET=${TARGET:-0.8}
@@ -104,6 +107,33 @@ for w in $WARM_SEEDS; do
   done
 done
 ids=$(IFS=,; echo "${runs[*]}")
+# EVAL_AFTER=1 (the SmolLM2 arms, which skip the in-run evaluations): each arm run's last
+# checkpoint is scored on the held-out split with `leap eval --run`, into OUT/<name>.eval.txt.
+eval_arm() {
+  local name=$1 arm=$2 id=$3 t0
+  t0=$(date +%s)
+  $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" eval --run "$id" --config "$CONFIGS/$arm.yaml" \
+    --split "${EVAL_SPLIT:-eval}" --limit "${EVAL_LIMIT:-0}" >"$OUT/$name.eval.txt.tmp" 2>"$OUT/$name.eval.log" ||
+    { echo "ablation: the evaluation of $name failed (tail of $OUT/$name.eval.log):" >&2; tail -5 "$OUT/$name.eval.log" >&2; return 1; }
+  mv "$OUT/$name.eval.txt.tmp" "$OUT/$name.eval.txt"
+  echo "ablation: $name evaluated in $(( $(date +%s) - t0 )) s ($OUT/$name.eval.txt)"
+}
+if [ "${EVAL_AFTER:-0}" = 1 ]; then
+  pids=()
+  for w in $WARM_SEEDS; do
+    for seed in $SEEDS; do
+      for arm in $ARMS; do
+        name=$(name_of "$arm" "$w" "$seed")
+        id=$(awk '/^run .* finished:/{print $2}' "$OUT/$name.txt" | tail -1)
+        [ -n "$id" ] && [ ! -s "$OUT/$name.eval.txt" ] || continue
+        eval_arm "$name" "$arm" "$id" &
+        pids+=($!)
+        if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+      done
+    done
+  done
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+fi
 same=()
 [ "$(echo $WARM_SEEDS | wc -w)" -gt 1 ] && same=(--same model.path)  # warm starts pool into each arm
 $LEAP --db "$OUT/leap.db" report --runs "$ids" --target "$TARGET" --format md "${same[@]}" | tee "$OUT/report.md"
