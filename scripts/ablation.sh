@@ -85,18 +85,22 @@ run_arm() {
 # JOBS runs at a time (default 1; with 2, set "--set model.cpu_threads=1" in SET so the two
 # processes share the 2 cores instead of oversubscribing them); the store serialises their writes.
 JOBS=${JOBS:-1}
-pids=()
 failed=0
-for w in $WARM_SEEDS; do
-  for seed in $SEEDS; do
-    for arm in $ARMS; do
-      run_arm "$arm" "$seed" "$w" &
-      pids+=($!)
-      if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+# Runs `"$@" ARM SEED W` for every warm start x RL seed x arm, JOBS at a time; failed=1 if one fails.
+for_each_run() {
+  local pids=() p w seed arm
+  for w in $WARM_SEEDS; do
+    for seed in $SEEDS; do
+      for arm in $ARMS; do
+        "$@" "$arm" "$seed" "$w" &
+        pids+=($!)
+        if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+      done
     done
   done
-done
-for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+}
+for_each_run run_arm
 runs=()
 for w in $WARM_SEEDS; do
   for seed in $SEEDS; do
@@ -110,7 +114,10 @@ ids=$(IFS=,; echo "${runs[*]}")
 # EVAL_AFTER=1 (the SmolLM2 arms, which skip the in-run evaluations): each arm run's last
 # checkpoint is scored on the held-out split with `leap eval --run`, into OUT/<name>.eval.txt.
 eval_arm() {
-  local name=$1 arm=$2 id=$3 t0
+  local arm=$1 seed=$2 w=$3 t0 name id
+  name=$(name_of "$arm" "$w" "$seed")
+  id=$(awk '/^run .* finished:/{print $2}' "$OUT/$name.txt" 2>/dev/null | tail -1)
+  { [ -n "$id" ] && [ ! -s "$OUT/$name.eval.txt" ]; } || return 0  # not run, or evaluated before
   t0=$(date +%s)
   $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" eval --run "$id" --config "$CONFIGS/$arm.yaml" \
     --split "${EVAL_SPLIT:-eval}" --limit "${EVAL_LIMIT:-0}" >"$OUT/$name.eval.txt.tmp" 2>"$OUT/$name.eval.log" ||
@@ -118,22 +125,7 @@ eval_arm() {
   mv "$OUT/$name.eval.txt.tmp" "$OUT/$name.eval.txt"
   echo "ablation: $name evaluated in $(( $(date +%s) - t0 )) s ($OUT/$name.eval.txt)"
 }
-if [ "${EVAL_AFTER:-0}" = 1 ]; then
-  pids=()
-  for w in $WARM_SEEDS; do
-    for seed in $SEEDS; do
-      for arm in $ARMS; do
-        name=$(name_of "$arm" "$w" "$seed")
-        id=$(awk '/^run .* finished:/{print $2}' "$OUT/$name.txt" | tail -1)
-        [ -n "$id" ] && [ ! -s "$OUT/$name.eval.txt" ] || continue
-        eval_arm "$name" "$arm" "$id" &
-        pids+=($!)
-        if [ "${#pids[@]}" -ge "$JOBS" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
-      done
-    done
-  done
-  for p in "${pids[@]}"; do wait "$p" || failed=1; done
-fi
+[ "${EVAL_AFTER:-0}" = 1 ] && for_each_run eval_arm
 same=()
 [ "$(echo $WARM_SEEDS | wc -w)" -gt 1 ] && same=(--same model.path)  # warm starts pool into each arm
 $LEAP --db "$OUT/leap.db" report --runs "$ids" --target "$TARGET" --format md "${same[@]}" | tee "$OUT/report.md"
