@@ -12,8 +12,10 @@
 // Either way a fresh worker replaces it. Workers die with the zygote, which dies with the parent
 // (PR_SET_PDEATHSIG); they write no core files and have stdout/stderr on /dev/null.
 //
-// PoolOptions::Spawn::fork keeps the older path (a plain fork of the parent, no sandbox) for comparison in
-// bench/env_cpu; it is not safe after the parent started CUDA and is never the default.
+// PoolOptions::Spawn::fork keeps the older path (a plain fork of the parent, no sandbox) behind the
+// same interface, for tests whose workers must run a test backend object of the parent's
+// (tests/forked_rig.hpp: forged reports, counted jobs) and for bench/env_cpu's spawn comparison;
+// it is not safe after the parent started CUDA and is never the default.
 #include <sys/types.h>
 
 #include <atomic>
@@ -49,7 +51,7 @@ struct PoolOptions {
   /// the host thread waits on the GPU.
   bool cpu_time_limit = false;
   /// How workers start: exec (children of the zygote, sandboxed; the default) or fork (a plain
-  /// fork of this process, unsandboxed: only for comparisons).
+  /// fork of this process, unsandboxed: for tests with a backend of their own, and comparisons).
   enum class Spawn { exec, fork };
   Spawn spawn = Spawn::exec;
   /// The sandbox of every worker (exec mode). A cpu pool limits each worker's memory to
