@@ -64,3 +64,23 @@ TEST_CASE("env cpu-time bound: own CPU beyond the no-op, failing closed, merging
   v.runs = 0;  // a job without runs bounds nothing
   CHECK_FALSE(cpu_over(v, 1.0, 2));
 }
+
+TEST_CASE("env cpu-time bound: a suspicious result is paid at most what its measured CPU a run would earn") {
+  CpuUse use;
+  use.runs = 100;
+  use.own_ms = 0.5;  // the code's own CPU a run
+  // A reported 20x on a 10-ms reference, CPU a run 0.5 ms: an honest answer of that CPU earns
+  // 20x, so the threshold (10x) is paid.
+  CHECK(suspicious_payout(10.0, 10.0, use, 1) == 10.0);
+  // The same code with times forged within the bound's factor: CPU 2 ms a run earns 5x honestly.
+  use.own_ms = 2.0;
+  CHECK(suspicious_payout(10.0, 10.0, use, 1) == doctest::Approx(5.0));
+  // Two threads allowed: 2 ms of CPU over 2 threads is 1 ms of wall at best, 10x: the threshold.
+  CHECK(suspicious_payout(10.0, 10.0, use, 2) == doctest::Approx(10.0));
+  // CPU a run unknown (the cuda backend, no runs, unreadable): the threshold.
+  CHECK(suspicious_payout(10.0, 10.0, CpuUse{}, 1) == 10.0);
+  use.own_ms = std::numeric_limits<double>::infinity();
+  CHECK(suspicious_payout(10.0, 10.0, use, 1) == 10.0);
+  use.own_ms = 0;
+  CHECK(suspicious_payout(10.0, 10.0, use, 1) == 10.0);
+}

@@ -67,11 +67,19 @@ TEST_CASE("env timing: an honest answer is correct, skipping work in later calls
 
   // Returns at once when its output already holds numbers (as its first call left it): every
   // run starts from poisoned outputs, so it must compute every time, and earns no speedup from
-  // skipping (it is an honest answer now: correct, never suspicious).
+  // skipping (it is an honest answer now: correct, timed like the honest one). Not "never
+  // suspicious": this 1-us kernel against a 6-17 us reference measured 6.6x-10.7x with a core
+  // busy, so the honest loop itself crosses the 10x re-measure threshold now and then. Skipping
+  // would make it hundreds of times faster; the two speedups stayed within 0.59x-2.04x of each
+  // other in 73 of 75 runs with a core busy and two training runs at nice 10 beside it (4x is the
+  // margin). Compared only when neither was timed by its CPU: in the other 2 runs the CPU-time
+  // bound flagged one of the two honest loops (6.3 us of CPU a run against 1.3 us reported),
+  // which makes its speedup no baseline (docs/env.md "Timing": a known false positive under load).
   auto skip = grade_relu(std::string("  if (!std::isnan(y[0]) && !std::isnan(y[n - 1])) return;\n") + kCompute);
   CAPTURE(skip.feedback);
   CHECK(skip.verdict == env::Verdict::correct);
-  CHECK_FALSE(skip.suspicious);
+  if (honest.details.count("cpu_bound") == 0 && skip.details.count("cpu_bound") == 0)
+    CHECK(skip.speedup < 4 * honest.speedup);
   // Returns at once when its output is not all zeros (it assumes zeroed outputs): the poison stays.
   auto zeros = grade_relu(std::string("  static bool done = false; if (done && y[0] != 0.0f) return; done = true;\n") + kCompute);
   CAPTURE(zeros.feedback);

@@ -46,4 +46,10 @@ bool cpu_over(const CpuUse& use, double reported, int threads) {
   return use.runs > 0 && !(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported, threads));
 }
 
+double suspicious_payout(double threshold, double ref_ms, const CpuUse& use, int threads) {
+  if (use.runs <= 0 || !std::isfinite(use.own_ms) || use.own_ms <= 0) return threshold;
+  const double cpu_ms = use.own_ms / static_cast<double>(std::max(1, threads));
+  return std::min(threshold, ref_ms / cpu_ms);
+}
+
 }  // namespace leap::env

@@ -55,4 +55,11 @@ double cpu_limit(const CpuUse& use, double reported, int threads);
 /// True when `use` (of a job that made runs) is over cpu_limit, or not finite.
 bool cpu_over(const CpuUse& use, double reported, int threads);
 
+/// What a suspicious result (a speedup above `threshold` twice) is paid (issue "Environment V",
+/// item 5): the threshold, and never more than an honest answer of the code's measured CPU a run
+/// would earn, `ref_ms` / (own_ms / threads). Within the bound's factor a forged time is not
+/// flagged by the CPU-time bound, so without this a forged 10x+ could still be paid 10x. The
+/// threshold alone when the CPU a run is unknown (no job made runs, unreadable, <= 0).
+double suspicious_payout(double threshold, double ref_ms, const CpuUse& use, int threads);
+
 }  // namespace leap::env

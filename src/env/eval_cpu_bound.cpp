@@ -77,6 +77,7 @@ bool Evaluation::cpu_over(const CpuUse& use, double reported) const {
 // bounded); `use` the CPU of that job or of its CPU-time check job.
 void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& cand_ms) {
   if (!reference_on_device_ || use.runs <= 0) return;
+  cpu_use_ = use;
   const int threads = std::max(1, o_.threads);
   const double own = use.own_ms;
   const std::string& why = use.why;

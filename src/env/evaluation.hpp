@@ -198,6 +198,7 @@ class Evaluation {
   std::vector<double> cand_launch_ms_;  ///< per launch, from the first timing job's warm-up
   std::optional<CompileOutcome> noop_;  ///< the no-op (cpu backend)
   std::string cpu_note_;
+  CpuUse cpu_use_;  ///< the last measurement's CPU a run (for a suspicious result's payout)
   std::string check_key_;  ///< code, plan, task and threads: the CPU-check table's key
 };
 
