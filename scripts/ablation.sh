@@ -119,7 +119,7 @@ eval_arm() {
   id=$(awk '/^run .* finished:/{print $2}' "$OUT/$name.txt" 2>/dev/null | tail -1)
   { [ -n "$id" ] && [ ! -s "$OUT/$name.eval.txt" ]; } || return 0  # not run, or evaluated before
   t0=$(date +%s)
-  $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" eval --run "$id" --config "$CONFIGS/$arm.yaml" \
+  $NICE $LEAP --db "$OUT/leap.db" --results-dir "$OUT" eval --run "$id" --config "$CONFIGS/$arm.yaml" --bench "$TASKS" \
     --split "${EVAL_SPLIT:-eval}" --limit "${EVAL_LIMIT:-0}" >"$OUT/$name.eval.txt.tmp" 2>"$OUT/$name.eval.log" ||
     { echo "ablation: the evaluation of $name failed (tail of $OUT/$name.eval.log):" >&2; tail -5 "$OUT/$name.eval.log" >&2; return 1; }
   mv "$OUT/$name.eval.txt.tmp" "$OUT/$name.eval.txt"
