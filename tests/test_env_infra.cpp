@@ -167,6 +167,15 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
   const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   EvalResult base = rig.verifier->evaluate(task, good);
+  if (base.verdict == Verdict::timeout) {
+    // A known rare hang of this rig's forked workers under load (PoolOptions::Spawn::fork: a
+    // plain fork of this multi-threaded test process; fresh-clone CI runs on 3 December and 6
+    // December, each once, the job blocked to the wall backstop, 61.6 s then 180 s). This test is
+    // about out-of-memory replies, so the baseline is graded once more; the hang stays open.
+    MESSAGE("the baseline grading timed out (" << base.feedback << "); graded once more");
+    rig.faults->candidate_jobs.store(0);
+    base = rig.verifier->evaluate(task, good);
+  }
   REQUIRE(base.verdict == Verdict::correct);
   // 2 seeds + the timing job with a no-op in place of the code (the CPU-time bound) + the timing
   // job, then (a few-us kernel: too short for the bound) the CPU-time check job between two
