@@ -37,6 +37,11 @@ std::shared_ptr<const ReferenceEntry> ReferenceCache::put(const std::string& key
   const size_t need = e->bytes();
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = slots_.find(key); it != slots_.end()) {
+    // Another evaluation filled in the outputs meanwhile: keep those, not inputs alone.
+    if (!it->second.entry->outputs.empty() && e->outputs.empty()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.entry;
+    }
     stats_.bytes -= it->second.entry->bytes();
     lru_.erase(it->second.lru);
     slots_.erase(it);
