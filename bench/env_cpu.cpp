@@ -147,27 +147,26 @@ int main(int argc, char** argv) {
               sides[1].name, sides[0].name, jobs.size(), set.name.c_str(), pairs, parent_mb);
   run_pass(jobs, 2, sides[1], cache_dir);  // warms the compile cache (not measured)
   for (int w = 1; w <= 2; ++w) {
-    std::vector<double> ratios, fork_rate, exec_rate;
-    Pass last_fork, last_exec;
-    std::vector<Pass> exec_passes, fork_passes;
+    std::vector<double> ratios, rate_a, rate_b;
+    std::vector<Pass> passes_b, passes_a;
     for (int i = 0; i < pairs; ++i) {
       Pass a = run_pass(jobs, w, sides[0], cache_dir);
       Pass b = run_pass(jobs, w, sides[1], cache_dir);
       ratios.push_back(b.evals_per_s / a.evals_per_s);
-      fork_rate.push_back(a.evals_per_s);
-      exec_rate.push_back(b.evals_per_s);
-      fork_passes.push_back(a);
-      exec_passes.push_back(b);
+      rate_a.push_back(a.evals_per_s);
+      rate_b.push_back(b.evals_per_s);
+      passes_a.push_back(a);
+      passes_b.push_back(b);
       if (a.correct != a.total || b.correct != b.total)
         std::printf("  warning: pair %d: %s %d/%d correct, %s %d/%d correct\n", i, sides[0].name, a.correct, a.total,
                     sides[1].name, b.correct, b.total);
     }
     std::printf("workers %d: %s %.2f eval/s, %s %.2f eval/s (medians); %s/%s median %.2fx "
                 "[min %.2fx, max %.2fx] over %d pairs\n",
-                w, sides[0].name, median(fork_rate), sides[1].name, median(exec_rate), sides[1].name, sides[0].name,
+                w, sides[0].name, median(rate_a), sides[1].name, median(rate_b), sides[1].name, sides[0].name,
                 median(ratios), *std::min_element(ratios.begin(), ratios.end()),
                 *std::max_element(ratios.begin(), ratios.end()), pairs);
-    for (auto* side : {&fork_passes, &exec_passes}) {
+    for (auto* side : {&passes_a, &passes_b}) {
       std::vector<double> wt, sp, jb, pa;
       for (const auto& p : *side) {
         wt.push_back(p.wait_ms);
@@ -180,7 +179,7 @@ int main(int argc, char** argv) {
       std::printf("  %-9s one cached evaluation, per grading thread (medians): process start %.1f ms (%.0f%%; "
                   "waiting for a ready worker), candidate run %.1f ms (%.0f%%), parent: reference and checks %.1f ms "
                   "(%.0f%%); starting its workers took %.1f ms, mostly in the background\n",
-                  (std::string(side == &fork_passes ? sides[0].name : sides[1].name) + ":").c_str(), median(wt), 100 * median(wt) / total, median(jb),
+                  (std::string(side == &passes_a ? sides[0].name : sides[1].name) + ":").c_str(), median(wt), 100 * median(wt) / total, median(jb),
                   100 * median(jb) / total, median(pa), 100 * median(pa) / total, median(sp));
     }
   }
