@@ -18,7 +18,6 @@
 #include <torch/script.h>
 
 #include <cmath>
-#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <map>
