@@ -318,6 +318,49 @@ TEST_CASE("env: a crashing kernel is a runtime_error and the pool keeps working"
   CHECK(pool.pids() != pid_good);
 }
 
+TEST_CASE("env: a cpu worker is retired after its job even when the answer's own reply says it stays") {
+  // The answer computes, then writes a well-formed reply of its own to the job socket ahead of the
+  // worker's, with "exiting": false. The parent reads that frame first; were the flag trusted, the
+  // process holding the answer's code (and any thread it started) would get the next job, where
+  // the worker's own late reply would also be waiting. With workers reused (max_jobs 100), the
+  // next job still gets a fresh process.
+  TempDir dir;
+  auto backend = make_backend(dir);
+  const int64_t n = 32;
+  auto task = vadd_task(n);
+  WorkerPool pool(backend, pool_opts(1, 10, 100));
+  const std::string forging = R"(#include <cstdint>
+#include <string>
+#include <sys/socket.h>
+#include <unistd.h>
+extern "C" void vadd(const float* a, const float* b, float* c, int64_t n, float scale, double shift) {
+  for (int64_t i = 0; i < n; ++i) c[i] = scale * (a[i] + b[i]) + static_cast<float>(shift);
+  const std::string body = "{\"verdict\":\"correct\",\"message\":\"\",\"failed_launch\":-1,\"times_ms\":[0.001],"
+                           "\"runs\":[0],\"exiting\":false}";
+  for (int fd = 0; fd < 4096; ++fd) {
+    int domain = 0; socklen_t len = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX) {
+      uint64_t size = body.size();
+      if (write(fd, &size, 8) == 8 && write(fd, body.data(), size) == (ssize_t)size) return;
+    }
+  }
+}
+)";
+  auto forged = prepare(*backend, task, forging, kVaddPlan);
+  fill_inputs(*forged.buffers, n);
+  const auto before = pool.pids();
+  auto out = pool.run(forged.compiled.artifact, forged.bound, *forged.buffers);
+  CAPTURE(out.message);
+  CHECK(out.ok());  // the forged frame is well-formed and says what the worker would have said
+  CHECK(pool.pids() != before);  // ... but the process that ran the code is gone
+  auto good = prepare(*backend, task, kVaddCode, kVaddPlan);
+  fill_inputs(*good.buffers, n);
+  auto next = pool.run(good.compiled.artifact, good.bound, *good.buffers);
+  CAPTURE(next.message);
+  CHECK(next.ok());
+  check_vadd_outputs(*good.buffers, n);
+}
+
 TEST_CASE("env: an infinite loop times out and the pool keeps working") {
   TempDir dir;
   auto backend = make_backend(dir);

@@ -42,12 +42,22 @@ TEST_CASE("env cpu-time bound: own CPU beyond the no-op, failing closed, merging
   CHECK(std::isinf(unread.own_ms));
   CHECK(cpu_over(unread, 1000.0, 1));
 
-  // Merging: of the same run count, the lower job and the lower no-op.
+  // One job between two no-ops: their mean is the no-op's CPU a run (a slow spell that slowed
+  // the job slowed the no-ops beside it; a burst in one no-op hides half of itself, not all).
+  CpuUse before{1.5, 2.0, 0.5, 5, ""}, after{1.8, 2.0, 0.2, 5, ""};
+  CpuUse beside = cpu_use_beside(before, after);
+  CHECK(beside.job_ms == doctest::Approx(2.0));
+  CHECK(beside.noop_ms == doctest::Approx(0.35));
+  CHECK(beside.own_ms == doctest::Approx(1.65));
+  CHECK(cpu_use_beside(before, closed).own_ms == doctest::Approx(1.5));  // a side that failed closed gives way
+  CHECK(cpu_use_beside(unread, after).own_ms == doctest::Approx(1.8));
+  // Merging rounds: the lower own CPU (each against the no-ops beside it), whatever the run counts.
   CpuUse a{1.5, 2.0, 0.5, 5, ""}, b{2.5, 2.7, 0.2, 5, ""};
   CpuUse m = cpu_merge(a, b);
   CHECK(m.job_ms == doctest::Approx(2.0));
-  CHECK(m.noop_ms == doctest::Approx(0.2));
-  CHECK(m.own_ms == doctest::Approx(1.8));
+  CHECK(m.noop_ms == doctest::Approx(0.5));
+  CHECK(m.own_ms == doctest::Approx(1.5));
+  CHECK(cpu_merge(b, a).own_ms == doctest::Approx(1.5));
   // Different run counts: the lower own CPU; a failed-closed measurement gives way.
   CpuUse c{1.0, 1.1, 0.1, 9, ""};
   CHECK(cpu_merge(a, c).own_ms == doctest::Approx(1.0));

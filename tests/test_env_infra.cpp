@@ -167,23 +167,14 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
   const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   EvalResult base = rig.verifier->evaluate(task, good);
-  if (base.verdict == Verdict::timeout) {
-    // A known rare hang of this rig's forked workers under load (PoolOptions::Spawn::fork: a
-    // plain fork of this multi-threaded test process; fresh-clone CI runs on 3 December and 6
-    // December, each once, the job blocked to the wall backstop, 61.6 s then 180 s). This test is
-    // about out-of-memory replies, so the baseline is graded once more; the hang stays open.
-    MESSAGE("the baseline grading timed out (" << base.feedback << "); graded once more");
-    rig.faults->candidate_jobs.store(0);
-    base = rig.verifier->evaluate(task, good);
-  }
   REQUIRE(base.verdict == Verdict::correct);
   // 2 seeds + the timing job with a no-op in place of the code (the CPU-time bound) + the timing
   // job, then (a few-us kernel: too short for the bound) the CPU-time check job between two
-  // no-op jobs (twice if machine noise tripped the bound the first time)
+  // no-op jobs (up to three times if machine noise tripped the bound)
   const int jobs = rig.faults->candidate_jobs.exchange(0);
   REQUIRE(base.details.count("cpu_check_jobs") == 1);
   const int checks = std::stoi(base.details.at("cpu_check_jobs"));
-  CHECK((checks == 1 || checks == 2));
+  CHECK((checks >= 1 && checks <= 3));
   CHECK(jobs == 4 + 3 * checks);
   CHECK(base.details.count("cpu_check_runs") == 1);
 

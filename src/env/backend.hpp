@@ -156,6 +156,17 @@ class Backend {
   /// Asked inside a worker after each job's reply is sent: true if the process must exit (its
   /// device state is unusable, e.g. a poisoned CUDA context); the pool then starts a fresh one.
   virtual bool worker_must_exit() const { return false; }
+  /// Called in a worker forked from the parent (PoolOptions::Spawn::fork), before its first job:
+  /// the child is a copy of a multi-threaded process, and a lock another thread held at the fork
+  /// stays held in it forever (glibc's __exit_funcs_lock, taken by dlclose's __cxa_finalize, hung
+  /// forked cpu workers in 2 of 3 runs of an infra test). Default: nothing.
+  virtual void in_forked_worker() {}
+  /// Asked in the parent: true when the pool retires a worker of this backend after every job,
+  /// whatever its reply says. A cpu worker keeps the answer's code loaded, and that code can write
+  /// the reply (its "exiting" flag included), so only the parent may decide that the process ends:
+  /// a worker kept alive would carry the code, and any thread it started, into the next job (a
+  /// no-op job the CPU-time bound compares with, or another answer's timing).
+  virtual bool worker_serves_one_job() const { return false; }
   /// The verdicts a worker of this backend can reply with. The pool refuses any other
   /// (env/reply_check.hpp): a cpu worker runs the answer's host code in its own process, and that
   /// code can write a reply of its own, so it must never buy an unscored `infra_error` or a

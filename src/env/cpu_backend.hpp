@@ -72,6 +72,11 @@ class CpuBackend : public Backend {
 
   /// On the worker side, true once a job has loaded code: the worker exits after that job.
   bool worker_must_exit() const override { return keep_loaded_ && loaded_; }
+  /// A forked worker keeps loaded code too (no dlclose, so no __cxa_finalize on a lock the fork
+  /// may have left held), and so exits after the job as an exec'd worker does.
+  void in_forked_worker() override { keep_loaded_ = true; }
+  /// In the parent: a cpu worker is retired after every job (Backend::worker_serves_one_job).
+  bool worker_serves_one_job() const override { return true; }
 
  private:
   const std::string& compiler_version();

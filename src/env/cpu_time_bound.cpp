@@ -26,15 +26,19 @@ CpuUse cpu_use(const RunOutcome& base, const RunOutcome& cand, bool noop_built, 
   return use;
 }
 
+CpuUse cpu_use_beside(const CpuUse& before, const CpuUse& after) {
+  if (!after.why.empty() || !std::isfinite(after.own_ms)) return before;
+  if (!before.why.empty() || !std::isfinite(before.own_ms)) return after;
+  CpuUse m = before;
+  m.noop_ms = 0.5 * (before.noop_ms + after.noop_ms);
+  m.own_ms = m.job_ms - m.noop_ms;
+  return m;
+}
+
 CpuUse cpu_merge(const CpuUse& a, const CpuUse& b) {
   if (!b.why.empty() || !std::isfinite(b.own_ms)) return a;
   if (!a.why.empty() || !std::isfinite(a.own_ms)) return b;
-  if (a.runs != b.runs) return a.own_ms <= b.own_ms ? a : b;
-  CpuUse m = a;
-  m.job_ms = std::min(a.job_ms, b.job_ms);
-  m.noop_ms = std::min(a.noop_ms, b.noop_ms);
-  m.own_ms = m.job_ms - m.noop_ms;
-  return m;
+  return b.own_ms < a.own_ms ? b : a;
 }
 
 double cpu_limit(const CpuUse& use, double reported, int threads) {

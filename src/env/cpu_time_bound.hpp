@@ -21,9 +21,10 @@ inline constexpr double kCpuBoundSlackMs = 2.0;
 /// ... plus this fraction of the no-op job's CPU a run: what a job costs besides the candidate's
 /// calls (poisoning outputs, rewriting inputs, snapshots, a fresh process) is 15-80 us a run on
 /// the starter tasks and varies from job to job (+-4% of a check job's CPU here). With the lower
-/// of two no-op jobs and a repeat of a check that trips (cpu_merge), 0.05 flagged no honest
-/// starter solution and 28 of 29 forged 3x in a survey here (2026-12-02); 0.02 found no more and
-/// flagged an honest 1.8-us relu under `ctest -j 2`.
+/// of two no-op jobs and a repeat of a check that trips, 0.05 flagged no honest starter solution
+/// and 28 of 29 forged 3x in a survey here (2026-12-02); 0.02 found no more and flagged an
+/// honest 1.8-us relu under `ctest -j 2`. (Since 2026-12-06 the no-ops beside a check job count
+/// by their mean: cpu_use_beside.)
 inline constexpr double kCpuNoiseFraction = 0.05;
 
 /// What a CPU-time measurement of one job (or two merged) found.
@@ -41,10 +42,21 @@ struct CpuUse {
 /// is +inf. `base_failure` is what to say when the no-op was built but its job did not run.
 CpuUse cpu_use(const RunOutcome& base, const RunOutcome& cand, bool noop_built, const std::string& base_failure);
 
-/// Two measurements of the same code combined. Machine noise only ever adds CPU (page faults,
-/// another process's memory traffic), so of the same run count the lower job and the lower no-op
-/// are kept (a noisy no-op must not lower the code's own CPU); else the lower own CPU. A
-/// measurement that failed closed gives way to one that did not.
+/// One candidate job measured against the no-op jobs run just before and just after it (each
+/// `cpu_use` of that no-op and the same job): the no-op's CPU a run is their mean. A slow spell of
+/// the machine (another process's memory traffic: 20.9 -> 27-29 us a no-op run on relu here)
+/// slows the no-ops beside the candidate's job as it slows the job, so the no-ops beside it,
+/// not the lowest anywhere, say what the job cost besides the code; their mean, not the higher,
+/// so that a burst in one no-op hides at most half of itself. A side that failed closed gives
+/// way to the other.
+CpuUse cpu_use_beside(const CpuUse& before, const CpuUse& after);
+
+/// Two measurements of the same code (check rounds) combined: the lower own CPU a run. Each
+/// round is taken against no-op jobs beside it (cpu_use_beside); taking the lowest job against
+/// the lowest no-op of any round flagged an honest 1.3-us relu in 2 of 15 quiet evaluations.
+/// The no-ops are leap's own code, run after the candidate's worker is gone
+/// (Backend::worker_serves_one_job), so the answer cannot slow them. A measurement that failed
+/// closed gives way to one that did not.
 CpuUse cpu_merge(const CpuUse& a, const CpuUse& b);
 
 /// The most own CPU a run (ms) that `reported` (the median reported run time, ms) allows with

@@ -443,6 +443,7 @@ std::unique_ptr<WorkerPool::Worker> WorkerPool::spawn_worker_process() {
     int sock = sv[1];
     if (sock > 3) close_range(3, static_cast<unsigned>(sock) - 1, 0);
     close_range(static_cast<unsigned>(sock) + 1, ~0U, 0);
+    backend_->in_forked_worker();
     _exit(worker_main(sock, *backend_, status));
   }
   close(sv[1]);
@@ -776,7 +777,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   // 5. The worker back to its slot, or retired and replaced in the background (the caller goes
   // on at once).
   ++w->jobs;
-  if (dead || (options_.max_jobs_per_worker > 0 && w->jobs >= options_.max_jobs_per_worker)) {
+  if (dead || backend_->worker_serves_one_job() || (options_.max_jobs_per_worker > 0 && w->jobs >= options_.max_jobs_per_worker)) {
     retire(*w, true);
     ++replacements_;
     w.reset();
