@@ -32,10 +32,10 @@ fi
 
 # Every time limit of the check, in seconds, in one place (the stages sum to at most 400 s).
 BUILD_LIMIT_S=420
-declare -A STAGE_LIMITS=([preflight]=15 [tests]=75 [eval]=45 [twice]=40 [model]=80 [update]=35 [train]=70 [smollm2]=40)
+declare -A STAGE_LIMITS=([preflight]=15 [tests]=75 [eval]=45 [twice]=40 [model]=70 [update]=35 [optimizer]=10 [train]=70 [smollm2]=40)
 LIMIT_SUM=0; for k in "${!STAGE_LIMITS[@]}"; do LIMIT_SUM=$((LIMIT_SUM + STAGE_LIMITS[$k])); done
 if [ "${1:-}" = "--limits" ]; then
-  for k in preflight tests eval twice model update train smollm2; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
+  for k in preflight tests eval twice model update optimizer train smollm2; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
 fi
 [ "$LIMIT_SUM" -le 400 ] || { echo "gpu-check: stage limits sum to $LIMIT_SUM s, over 400 s"; exit 2; }
 BUILD_ONLY=0; [ "${1:-}" = "--build" ] && BUILD_ONLY=1
@@ -110,7 +110,7 @@ BUILD=${LEAP_GPU_BUILD:-build-gpu}
 JOBS=$(nproc)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" -DLEAP_CUDA_HOME="$CUDA_HOME" \
      -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$LOG/configure.log" 2>&1 &&
-   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap-worker leap_tests bench_generate bench_update >"$LOG/build.log" 2>&1; then
+   timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap-worker leap_tests bench_generate bench_update bench_optimizer >"$LOG/build.log" 2>&1; then
   STATUS[build]="ok ($(elapsed) s)"
 else
   STATUS[build]="FAILED"
@@ -226,6 +226,18 @@ PY
     STATUS[update]="not built"
   fi
 
+  # 4e. One AdamW step, torch::optim::AdamW against rl::FusedAdamW, at SmolLM2-135M's shapes
+  # (float32 master weights; bench_optimizer alternates the sides).
+  stage "optimizer step: unfused vs fused AdamW"
+  if [ -x "$BUILD/bench_optimizer" ]; then
+    timeout "${STAGE_LIMITS[optimizer]}" "$BUILD/bench_optimizer" --device cuda --pairs 5 >"$LOG/optimizer.log" 2>&1
+    rc=$?
+    tail -4 "$LOG/optimizer.log"
+    STATUS[optimizer]="rc $rc: $(grep -o 'median [0-9.]* (min [0-9.]*, max [0-9.]*)' "$LOG/optimizer.log" | head -1 || echo 'no ratio')"
+  else
+    STATUS[optimizer]="not built"
+  fi
+
   # 5. A GPU policy and the cuda backend in one process (exec-started, sandboxed workers): two RL
   # steps of the tiny model after a short SFT on the starter cuda solutions; at least one answer
   # must have run on the GPU (correct or wrong_output), not every one failing to start.
@@ -278,8 +290,8 @@ PY
 fi
 
 stage "summary"
-printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model update train smollm2; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
-for k in build tests eval reference twice model update train smollm2; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
+printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model update optimizer train smollm2; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
+for k in build tests eval reference twice model update optimizer train smollm2; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
 echo "total $(elapsed) s"
 [ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]] &&
   [[ "${STATUS[train]}" == "rc 0, "[1-9]* ]]

@@ -34,6 +34,7 @@
 #include "rl/advantage.hpp"
 #include "rl/checkpoint.hpp"
 #include "rl/evaluate.hpp"
+#include "rl/fused_adamw.hpp"
 #include "rl/gpu_memory.hpp"
 #include "rl/grader.hpp"
 #include "rl/local_policy.hpp"
@@ -389,7 +390,7 @@ void load_model(Run& r) {
   // Rollouts in the update's compute dtype: bf16 (autocast, bf16 KV cache) over the fp32 master
   // weights on a GPU, unless model.dtype is fp32.
   if (r.device.is_cuda() && exp.model.dtype != "fp32") r.policy->set_compute_dtype(torch::kBFloat16);
-  r.optimizer = std::make_unique<torch::optim::AdamW>(
+  r.optimizer = std::make_unique<FusedAdamW>(  // one fused kernel a step per device and dtype
       r.params, torch::optim::AdamWOptions(exp.optim.lr)
                     .betas({exp.optim.beta1, exp.optim.beta2})
                     .eps(exp.optim.eps)
