@@ -159,7 +159,14 @@ std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJ
   double check_s = 0;
   if (short_job || cpu_over(use, reported)) {
     std::lock_guard<std::mutex> lock(v_.cpu_checks_mutex_);
-    if (auto it = v_.cpu_checks_.find(check_key_); it != v_.cpu_checks_.end()) use = it->second, cached = true;
+    // A kept measurement serves only while it has the runs to resolve this reported time (its
+    // slack a run, kCpuBoundSlackMs / runs, at most half of it; a check is sized for a quarter,
+    // so the same code reporting up to 2x faster by noise keeps it): a check sized for an honest
+    // 0.06 ms a call has ~130 runs, 0.015 ms of slack a run, and passed a later grading of the
+    // same code that forged 0.011 ms. Else a check job sized for this time runs.
+    if (auto it = v_.cpu_checks_.find(check_key_); it != v_.cpu_checks_.end() &&
+                                                   (it->second.runs * reported >= kResolveMs / 2 || it->second.runs >= n_resolve))
+      use = it->second, cached = true;
   }
   if (cached) {
     ok_.details["cpu_check_cached"] = "1";
