@@ -59,6 +59,16 @@ double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>&
   return m;
 }
 
+/// Steps `k` = from .. to-1 of both optimizers, each with set_grads' gradients for step k.
+void step_both(torch::optim::Optimizer& ref, std::vector<at::Tensor>& ref_params, torch::optim::Optimizer& fused,
+               std::vector<at::Tensor>& fused_params, int from, int to) {
+  for (int k = from; k < to; ++k) {
+    set_grads(ref_params, fused_params, k);
+    ref.step();
+    fused.step();
+  }
+}
+
 torch::optim::AdamWOptions options(bool amsgrad) {
   return torch::optim::AdamWOptions(3e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1).amsgrad(amsgrad);
 }
@@ -73,9 +83,7 @@ TEST_CASE("rl fused adamw: the fused step equals torch::optim::AdamW's, with and
     torch::optim::AdamW ref(ref_params, options(amsgrad));
     rl::FusedAdamW fused(fused_params, options(amsgrad));
     for (int k = 0; k < 8; ++k) {
-      set_grads(ref_params, fused_params, k);
-      ref.step();
-      fused.step();
+      step_both(ref, ref_params, fused, fused_params, k, k + 1);
       CAPTURE(k);
       CHECK(max_diff(ref_params, fused_params) < 2e-6);
     }
@@ -98,22 +106,14 @@ TEST_CASE("rl fused adamw: a state saved and loaded (a checkpoint) goes on as th
   auto fused_params = clone_params(ref_params);
   torch::optim::AdamW ref(ref_params, options(false));
   rl::FusedAdamW fused(fused_params, options(false));
-  for (int k = 0; k < 3; ++k) {
-    set_grads(ref_params, fused_params, k);
-    ref.step();
-    fused.step();
-  }
+  step_both(ref, ref_params, fused, fused_params, 0, 3);
   // Resumed: new parameter tensors holding the same values, a new optimizer, the saved state.
   std::stringstream saved;
   torch::save(fused, saved);
   auto resumed_params = clone_params(fused_params);
   rl::FusedAdamW resumed(resumed_params, options(false));
   torch::load(resumed, saved);
-  for (int k = 3; k < 7; ++k) {
-    set_grads(ref_params, resumed_params, k);
-    ref.step();
-    resumed.step();
-  }
+  step_both(ref, ref_params, resumed, resumed_params, 3, 7);
   CHECK(max_diff(ref_params, resumed_params) < 2e-6);
   // A state saved by the unfused optimizer loads into the fused one too (older checkpoints).
   std::stringstream old;
@@ -121,9 +121,7 @@ TEST_CASE("rl fused adamw: a state saved and loaded (a checkpoint) goes on as th
   auto from_old_params = clone_params(ref_params);
   rl::FusedAdamW from_old(from_old_params, options(false));
   torch::load(from_old, old);
-  set_grads(ref_params, from_old_params, 9);
-  ref.step();
-  from_old.step();
+  step_both(ref, ref_params, from_old, from_old_params, 9, 10);
   CHECK(max_diff(ref_params, from_old_params) < 2e-6);
 }
 
@@ -139,10 +137,6 @@ TEST_CASE("rl fused adamw: a parameter the fused kernel does not take steps all 
   REQUIRE_FALSE(fused_params.back().is_contiguous());
   torch::optim::AdamW ref(ref_params, options(false));
   rl::FusedAdamW fused(fused_params, options(false));
-  for (int k = 0; k < 3; ++k) {
-    set_grads(ref_params, fused_params, k);
-    ref.step();
-    fused.step();
-  }
+  step_both(ref, ref_params, fused, fused_params, 0, 3);
   CHECK(max_diff(ref_params, fused_params) < 1e-6);
 }
