@@ -21,6 +21,12 @@ struct ModelConfig {
   /// small models best: OpenMP threads spin-wait and collapse when the environment's compiler and
   /// workers share the cores.
   int64_t cpu_threads = 1;
+  /// Rollouts from a copy of the weights in the rollout dtype with LoRA merged and q/k/v, gate/up
+  /// fused (model/rollout_weights.hpp): auto = when rollouts run in another dtype than the
+  /// weights (bf16 over fp32 on CUDA) | on | off (the policy itself, under autocast).
+  std::string rollout_copy = "auto";
+  /// How generation runs its decode steps (model::DecodeMode): auto | dynamic | static | graph.
+  std::string decode = "auto";
 };
 
 /// `tasks:` the task set and its split.

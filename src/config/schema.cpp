@@ -54,6 +54,11 @@ std::vector<Field> build() {
                 "recompute each decoder layer during backward to save memory"));
   s.push_back(F("model.cpu_threads", FT::Int, member(&E_::model, &ModelConfig::cpu_threads),
                 "LibTorch threads for the policy on CPU; 0 = LibTorch's default (one per core)", 0, 1024));
+  s.push_back(E("model.rollout_copy", {"auto", "on", "off"}, member(&E_::model, &ModelConfig::rollout_copy),
+                "rollouts from a bf16 copy of the weights (LoRA merged, projections fused); auto = on CUDA over fp32 weights"));
+  s.push_back(E("model.decode", {"auto", "dynamic", "static", "graph"}, member(&E_::model, &ModelConfig::decode),
+                "decode steps: dynamic (finished rows dropped), static (fixed shapes), graph (static + CUDA graphs); "
+                "auto = graph on CUDA without autocast, static on CUDA with it, dynamic on CPU"));
   // tasks
   s.push_back(F("tasks.dir", FT::String, member(&E_::tasks, &TasksConfig::dir),
                 "task-set folder: task folders plus an optional set.yaml"));

@@ -10,6 +10,24 @@
 
 namespace leap::model {
 
+/// How generate() runs its decode steps (issue 48).
+enum class DecodeMode {
+  /// Graph on a GPU when the compute dtype is the weights' (no autocast), Static on a GPU
+  /// otherwise, Dynamic on a CPU.
+  Auto,
+  /// Finished rows are dropped from the batch and the KV cache (the cheapest on a CPU).
+  Dynamic,
+  /// A fixed batch and KV cache: finished rows are masked, not removed; positions, the cache
+  /// column and the key mask are updated on the device; the host reads each step's tokens
+  /// through one asynchronous copy while the next step runs. Attention reads the cache up to the
+  /// written columns rounded up to window_block. The same tokens as Dynamic (greedy and seeded).
+  Static,
+  /// Static with each decode step (forward + LM head) captured in a CUDA graph once per window
+  /// and replayed. CUDA only, and only without autocast (compute dtype = the weights' dtype);
+  /// else generate() throws ModelError.
+  Graph,
+};
+
 /// How to sample. temperature <= 0 means greedy (argmax).
 struct SamplingParams {
   double temperature = 1.0;
@@ -27,6 +45,10 @@ struct SamplingParams {
   /// copies of that cache (issue 19); the output is the same as without. false: every row is
   /// prefilled on its own.
   bool share_prefill = true;
+  DecodeMode decode = DecodeMode::Auto;  ///< how decode steps run (issue 48)
+  /// Static / Graph: attention reads the KV cache's first written-columns-rounded-up-to-this
+  /// columns (one CUDA graph per such window). At least 1.
+  int64_t window_block = 256;
 };
 
 /// Why a sequence stopped.
@@ -48,7 +70,25 @@ std::vector<Completion> generate(Transformer& model, const std::vector<std::vect
                                  const SamplingParams& params, const Tokenizer* tok = nullptr);
 
 /// Picks the next tokens from fp32 logits [B, V]; returns (tokens [B] int64, logprobs [B] fp32).
+/// sample_with_noise with sampling_noise(B, V, ...) drawn from `gen`.
 std::pair<torch::Tensor, torch::Tensor> sample_next(const torch::Tensor& logits, const SamplingParams& params,
                                                     at::Generator& gen);
+
+/// The random numbers of one sampling step for `rows` rows over `vocab` tokens on `device`,
+/// drawn from `gen`: on a CPU one uniform per row, [rows, 1] float64 (inverse-CDF sampling,
+/// cheaper there than a variate per token); on a GPU one Exp(1) variate per row and token,
+/// [rows, vocab] float32 (the exponential race: no sort, cumulative sum or search). Undefined
+/// when `temperature` <= 0 (greedy). generate() draws them for every row of its batch at every
+/// step, finished rows included, so a row's samples do not depend on when the others stop.
+torch::Tensor sampling_noise(int64_t rows, int64_t vocab, const torch::Device& device, double temperature,
+                             at::Generator& gen);
+
+/// Picks the next tokens from fp32 logits [B, V] after temperature, top-k and top-p. `noise`
+/// [B, 1] uniforms in [0, 1): inverse CDF over the kept probabilities (float64); [B, V] Exp(1)
+/// variates: argmax(p / E), which draws each token with probability p exactly (float32); undefined:
+/// greedy. Returns (tokens [B] int64, log-probs [B] fp32 under softmax(logits / T), before
+/// top-k / top-p; T = 1 when greedy). A token cut by top-k / top-p is never drawn.
+std::pair<torch::Tensor, torch::Tensor> sample_with_noise(const torch::Tensor& logits, const SamplingParams& params,
+                                                          const torch::Tensor& noise);
 
 }  // namespace leap::model

@@ -23,6 +23,22 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
 }
 
+/// The tensors `parts` (same trailing shape) concatenated along dim 0 into one new tensor; each
+/// part then becomes a view of its rows (set_data), so the fused tensor and the parts share
+/// storage. Returns the fused tensor, without autograd.
+torch::Tensor fuse_rows(std::initializer_list<torch::Tensor*> parts) {
+  std::vector<torch::Tensor> ts;
+  for (auto* p : parts) ts.push_back(p->detach());
+  auto fused = torch::cat(ts, 0);
+  int64_t row = 0;
+  for (auto* p : parts) {
+    const int64_t n = p->size(0);
+    p->set_data(fused.narrow(0, row, n));
+    row += n;
+  }
+  return fused;
+}
+
 }  // namespace
 
 // ---- Linear / RMSNorm / Embedding --------------------------------------------------------
@@ -149,6 +165,10 @@ struct LayerKV {
   /// Queries (and the layer's output) only for columns [query_from, T): the keys and values
   /// still cover all T. For a last layer whose earlier outputs nobody reads.
   int64_t query_from = 0;
+  /// A static-shape decode step (TransformerImpl::decode_step): the new key and value go to cache
+  /// column *column (int64 [1] on the device) and attention reads the first `window` columns.
+  const torch::Tensor* column = nullptr;
+  int64_t window = 0;
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -175,9 +195,18 @@ class AttentionImpl : public torch::nn::Module {
     const int64_t B = x.size(0), T = x.size(1);
     const int64_t from = kv.query_from, Tq = T - from;
     TORCH_CHECK(from >= 0 && from <= T && (from == 0 || kv.kc == nullptr), "query_from must be in [0, T], without a cache");
-    auto q = q_proj(from ? x.narrow(1, from, Tq) : x).view({B, Tq, heads, head_dim});
-    auto k = k_proj(x).view({B, T, kv_heads, head_dim});
-    auto v = v_proj(x).view({B, T, kv_heads, head_dim}).transpose(1, 2);
+    torch::Tensor q, k, v;
+    if (qkv_weight.defined() && from == 0) {  // fused projections (fuse()): one GEMM
+      auto qkv = at::linear(x, qkv_weight, qkv_bias).split_with_sizes(
+          {heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}, -1);
+      q = qkv[0].view({B, T, heads, head_dim});
+      k = qkv[1].view({B, T, kv_heads, head_dim});
+      v = qkv[2].view({B, T, kv_heads, head_dim}).transpose(1, 2);
+    } else {
+      q = q_proj(from ? x.narrow(1, from, Tq) : x).view({B, Tq, heads, head_dim});
+      k = k_proj(x).view({B, T, kv_heads, head_dim});
+      v = v_proj(x).view({B, T, kv_heads, head_dim}).transpose(1, 2);
+    }
     if (q_norm) {
       q = q_norm(q);
       k = k_norm(k);
@@ -200,7 +229,12 @@ class AttentionImpl : public torch::nn::Module {
       k = torch::cat({kv.prefix_k.to(k.scalar_type()), k}, 2);
       v = torch::cat({kv.prefix_v.to(v.scalar_type()), v}, 2);
     }
-    if (kc != nullptr) {
+    if (kc != nullptr && kv.column != nullptr) {  // static shapes: the column is a device tensor
+      kc->index_copy_(2, *kv.column, k.to(kc->scalar_type()));
+      vc->index_copy_(2, *kv.column, v.to(vc->scalar_type()));
+      k = kc->narrow(2, 0, kv.window);
+      v = vc->narrow(2, 0, kv.window);
+    } else if (kc != nullptr) {
       kc->narrow(2, past, T).copy_(k);
       vc->narrow(2, past, T).copy_(v);
       k = kc->narrow(2, 0, past + T);
@@ -245,9 +279,18 @@ class AttentionImpl : public torch::nn::Module {
     return o_proj(out.transpose(1, 2).reshape({B, Tq, heads * head_dim}));
   }
 
+  /// Concatenates q/k/v into qkv_weight (and qkv_bias); the projections' weights become views of it.
+  void fuse() {
+    if (q_proj->has_lora() || k_proj->has_lora() || v_proj->has_lora())
+      throw ModelError("fuse_projections: a q/k/v projection has a LoRA adapter (merge it first)");
+    qkv_weight = fuse_rows({&q_proj->weight, &k_proj->weight, &v_proj->weight});
+    if (q_proj->bias.defined()) qkv_bias = fuse_rows({&q_proj->bias, &k_proj->bias, &v_proj->bias});
+  }
+
   int64_t heads, kv_heads, head_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  torch::Tensor qkv_weight, qkv_bias;  ///< [q + 2 kv, hidden], [q + 2 kv] after fuse(); else undefined
 };
 TORCH_MODULE(Attention);
 
@@ -258,8 +301,22 @@ class MlpImpl : public torch::nn::Module {
     up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
     down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (gate_up_weight.defined()) {  // fused projections (fuse()): one GEMM
+      auto gu = at::linear(x, gate_up_weight, gate_up_bias).chunk(2, -1);
+      return down_proj(torch::silu(gu[0]) * gu[1]);
+    }
+    return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  }
+  /// Concatenates gate/up into gate_up_weight (and bias); their weights become views of it.
+  void fuse() {
+    if (gate_proj->has_lora() || up_proj->has_lora())
+      throw ModelError("fuse_projections: a gate/up projection has a LoRA adapter (merge it first)");
+    gate_up_weight = fuse_rows({&gate_proj->weight, &up_proj->weight});
+    if (gate_proj->bias.defined()) gate_up_bias = fuse_rows({&gate_proj->bias, &up_proj->bias});
+  }
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  torch::Tensor gate_up_weight, gate_up_bias;  ///< [2 intermediate, hidden], [2 intermediate] after fuse()
 };
 TORCH_MODULE(Mlp);
 
@@ -458,6 +515,42 @@ torch::Tensor TransformerImpl::logits(const torch::Tensor& hidden) {
 torch::Tensor TransformerImpl::forward_logits(const torch::Tensor& tokens, const torch::Tensor& positions,
                                               const torch::Tensor& key_mask, KVCache* cache) {
   return logits(forward(tokens, positions, key_mask, cache)).to(torch::kFloat32);
+}
+
+torch::Tensor TransformerImpl::decode_step(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                           const torch::Tensor& key_mask, KVCache& cache, const torch::Tensor& column,
+                                           int64_t window) {
+  const int64_t B = tokens.size(0);
+  if (tokens.dim() != 2 || tokens.size(1) != 1 || positions.sizes() != tokens.sizes())
+    throw ModelError("decode_step: tokens and positions must be [B, 1]");
+  if (window < 1 || window > cache.max_len || key_mask.dim() != 2 || key_mask.size(0) != B ||
+      key_mask.size(1) < window || column.numel() != 1)
+    throw ModelError("decode_step: window " + std::to_string(window) + " must fit the cache (" +
+                     std::to_string(cache.max_len) + ") and the key mask [B, >= window]; column must be one index");
+  auto [cos, sin] = rotary.cos_sin(positions);
+  const torch::ScalarType dt = rotary_dtype(dtype(), tokens.device().type());
+  cos = cos.to(dt).unsqueeze(1);
+  sin = sin.to(dt).unsqueeze(1);
+  const torch::Tensor mask = key_mask.narrow(1, 0, window).to(torch::kBool).view({B, 1, 1, window});
+  auto h = embed_tokens(tokens);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    LayerKV kv;
+    kv.kc = &cache.k[i];
+    kv.vc = &cache.v[i];
+    kv.column = &column;
+    kv.window = window;
+    h = layers[i]->forward(h, cos, sin, mask, kv);
+  }
+  return norm(h);
+}
+
+void TransformerImpl::fuse_projections() {
+  if (fused_) return;
+  for (auto& layer : layers) {
+    layer->self_attn->fuse();
+    layer->mlp->fuse();
+  }
+  fused_ = true;
 }
 
 KVCache TransformerImpl::make_cache(int64_t batch, int64_t max_len, c10::ScalarType dtype) const {

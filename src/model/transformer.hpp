@@ -119,6 +119,24 @@ class TransformerImpl : public torch::nn::Module {
                         const PrefixKV* prefix = nullptr, PrefixKV* collect = nullptr, int64_t keep_from = 0);
   /// LM head on hidden states: [..., hidden] -> [..., vocab] in the model dtype.
   torch::Tensor logits(const torch::Tensor& hidden);
+  /// One decode step with static shapes (issue 48), the body a CUDA graph captures: nothing in
+  /// it reads a host-side length. `tokens` [B, 1] int64 and `positions` [B, 1] int64 (rotary
+  /// positions) on the model's device; each layer writes its new key and value into `cache` at
+  /// column `column` (int64 [1] on the device, < window) and attends to the cache's first
+  /// `window` columns where `key_mask` ([B, >= window] bool, the new column set) is true.
+  /// cache.length is neither read nor advanced. Returns hidden states [B, 1, hidden].
+  /// Throws leap::ModelError when window exceeds the cache or the shapes do not fit.
+  torch::Tensor decode_step(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& key_mask,
+                            KVCache& cache, const torch::Tensor& column, int64_t window);
+  /// Fuses each layer's q/k/v projections into one [q + 2 kv, hidden] weight and gate/up into one
+  /// [2 intermediate, hidden] weight (issue 48): a forward then runs one GEMM for each. The
+  /// projections' own weights (and biases) become views of the fused tensors, so a later write
+  /// to either (load, copy_) is seen by both. For an inference copy: a projection with a LoRA
+  /// adapter is refused (leap::ModelError); merge it first (model/rollout_weights.hpp). Call it
+  /// after moving the model: to() gives each parameter a tensor of its own again.
+  void fuse_projections();
+  /// Whether fuse_projections() has run.
+  bool projections_fused() const { return fused_; }
   /// forward + logits, converted to fp32.
   torch::Tensor forward_logits(const torch::Tensor& tokens, const torch::Tensor& positions = {},
                                const torch::Tensor& key_mask = {}, KVCache* cache = nullptr);
@@ -164,6 +182,7 @@ class TransformerImpl : public torch::nn::Module {
                         const torch::Tensor& positions, const torch::Tensor& key_mask, int64_t keep_from) const;
   ModelConfig config_;
   bool checkpointing_ = false;
+  bool fused_ = false;
 };
 TORCH_MODULE(Transformer);
 

@@ -45,6 +45,10 @@ std::vector<int64_t> LocalPolicy::encode_completion(const std::string& text) con
   return out;
 }
 
+void LocalPolicy::use_rollout_copy(c10::ScalarType dtype) {
+  rollout_ = std::make_unique<model::RolloutWeights>(model_, dtype);
+}
+
 int64_t LocalPolicy::count_tokens(const Prompt& prompt) { return static_cast<int64_t>(encode_prompt(prompt).size()); }
 
 std::vector<Sample> LocalPolicy::generate(const std::vector<Prompt>& prompts, const SampleOptions& options) {
@@ -52,6 +56,8 @@ std::vector<Sample> LocalPolicy::generate(const std::vector<Prompt>& prompts, co
   std::vector<std::vector<int64_t>> ids(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) ids[i] = encode_prompt(prompts[i]);
   torch::NoGradGuard no_grad;
+  if (rollout_) rollout_->refresh();  // the weights of the latest optimizer step
+  model::Transformer& sampler = rollout_ ? rollout_->model() : model_;
   for (size_t start = 0; start < prompts.size(); start += static_cast<size_t>(max_batch_)) {
     const size_t end = std::min(prompts.size(), start + static_cast<size_t>(max_batch_));
     std::vector<std::vector<int64_t>> batch(ids.begin() + static_cast<long>(start), ids.begin() + static_cast<long>(end));
@@ -62,8 +68,9 @@ std::vector<Sample> LocalPolicy::generate(const std::vector<Prompt>& prompts, co
     p.max_new_tokens = options.max_new_tokens;
     p.stop_ids = stop_ids_;
     p.seed = options.seed + start;
-    p.compute_dtype = compute_dtype_;
-    auto completions = model::generate(model_, batch, p, nullptr);
+    p.compute_dtype = rollout_ ? c10::ScalarType::Undefined : compute_dtype_;
+    p.decode = decode_;
+    auto completions = model::generate(sampler, batch, p, nullptr);
     for (size_t i = start; i < end; ++i) {
       auto& c = completions[i - start];
       Sample& s = out[i];

@@ -4,7 +4,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "model/chat_format.hpp"
+#include "model/generate.hpp"
+#include "model/rollout_weights.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
 #include "rl/policy.hpp"
@@ -31,6 +35,15 @@ class LocalPolicy : public Policy {
   /// e.g. kBFloat16 over fp32 master weights on a GPU, as the update's forward runs. Undefined
   /// (default): the weights' dtype.
   void set_compute_dtype(c10::ScalarType dtype) { compute_dtype_ = dtype; }
+  /// Generates from a rollout copy of the model in `dtype` (model::RolloutWeights: LoRA merged,
+  /// q/k/v and gate/up fused, no autocast), refreshed from the model at every generate() call,
+  /// so it always holds the weights of the latest optimizer step. Costs one more copy of the
+  /// weights in `dtype` on the model's device.
+  void use_rollout_copy(c10::ScalarType dtype);
+  /// Whether generate() samples from a rollout copy.
+  bool has_rollout_copy() const { return rollout_ != nullptr; }
+  /// How generation runs its decode steps (default Auto).
+  void set_decode_mode(model::DecodeMode mode) { decode_ = mode; }
 
  private:
   model::Transformer& model_;
@@ -40,6 +53,8 @@ class LocalPolicy : public Policy {
   std::string default_system_;
   std::vector<int64_t> stop_ids_;
   c10::ScalarType compute_dtype_ = c10::ScalarType::Undefined;
+  std::unique_ptr<model::RolloutWeights> rollout_;
+  model::DecodeMode decode_ = model::DecodeMode::Auto;
 };
 
 }  // namespace leap::rl

@@ -355,6 +355,25 @@ void load_tasks(Run& r) {
   }
 }
 
+/// How the policy generates (issue 48): in the update's compute dtype, bf16 over the fp32 master
+/// weights on a GPU unless model.dtype is fp32; from a rollout copy (model.rollout_copy: auto =
+/// when that dtype differs from the weights'); decode steps as model.decode says.
+void configure_rollouts(Run& r) {
+  const auto& m = r.exp.model;
+  const c10::ScalarType dtype = r.device.is_cuda() && m.dtype != "fp32" ? torch::kBFloat16 : r.model->dtype();
+  if (m.rollout_copy == "on" || (m.rollout_copy == "auto" && dtype != r.model->dtype()))
+    r.policy->use_rollout_copy(dtype);
+  else if (dtype != r.model->dtype())
+    r.policy->set_compute_dtype(dtype);
+  r.policy->set_decode_mode(m.decode == "dynamic" ? model::DecodeMode::Dynamic
+                            : m.decode == "static" ? model::DecodeMode::Static
+                            : m.decode == "graph"  ? model::DecodeMode::Graph
+                                                   : model::DecodeMode::Auto);
+  if (m.decode == "graph" && (!r.device.is_cuda() || (!r.policy->has_rollout_copy() && dtype != r.model->dtype())))
+    throw ConfigError(r.ctx.config_path + ": key 'model.decode': graph needs model.device cuda and rollouts without "
+                      "autocast (model.rollout_copy on or auto, or model.dtype fp32)");
+}
+
 /// Device, tokenizer, fp32 master weights (LoRA, gradient checkpointing), the frozen reference
 /// (kl_beta > 0), the policy and the AdamW optimizer.
 void load_model(Run& r) {
@@ -387,9 +406,7 @@ void load_model(Run& r) {
                                               r.model->config().model_type_name, *r.tok);
   r.policy = std::make_unique<LocalPolicy>(r.model, *r.tok, fmt, 64,
                                            model::checkpoint_chat_template(exp.model.path, fmt).default_system);
-  // Rollouts in the update's compute dtype: bf16 (autocast, bf16 KV cache) over the fp32 master
-  // weights on a GPU, unless model.dtype is fp32.
-  if (r.device.is_cuda() && exp.model.dtype != "fp32") r.policy->set_compute_dtype(torch::kBFloat16);
+  configure_rollouts(r);
   r.optimizer = std::make_unique<FusedAdamW>(  // one fused kernel a step per device and dtype
       r.params, torch::optim::AdamWOptions(exp.optim.lr)
                     .betas({exp.optim.beta1, exp.optim.beta2})
