@@ -275,3 +275,25 @@ TEST_CASE("model gpu: a decode step replayed from a CUDA graph gives the eager t
   p.decode = DecodeMode::Graph;
   check_same(eager, generate(copy.model(), prompts, p));
 }
+
+TEST_CASE("model: a grouped-query decode step off the CPU kernel (float64 here, as bf16 or a GPU) equals the full forward") {
+  // float64 takes the path a GPU or bf16 decode step takes (the CPU kernel is float32 only):
+  // the query heads of each key/value head as query positions of one SDPA call.
+  Transformer m = small_model(19);
+  m->to(torch::kFloat64);
+  torch::NoGradGuard ng;
+  auto ids = torch::randint(0, 97, {3, 10}, torch::kInt64);
+  auto mask = torch::ones({3, 10}, torch::kInt64);
+  mask[1].narrow(0, 0, 3).fill_(0);  // row 1 left padded
+  const auto positions = positions_from_mask(mask);
+  const auto full = m->logits(m->forward(ids, positions, mask.to(torch::kBool)));
+  // The first 6 columns as a prefill, then one column at a time through the cache.
+  KVCache cache = m->make_cache(3, 10);
+  m->forward(ids.narrow(1, 0, 6), positions.narrow(1, 0, 6), mask.narrow(1, 0, 6).to(torch::kBool), &cache);
+  for (int64_t t = 6; t < 10; ++t) {
+    auto h = m->forward(ids.narrow(1, t, 1), positions.narrow(1, t, 1), mask.narrow(1, 0, t + 1).to(torch::kBool), &cache);
+    const double diff = (m->logits(h).select(1, 0) - full.select(1, t)).abs().max().item<double>();
+    CAPTURE(t);
+    CHECK(diff < 1e-10);
+  }
+}

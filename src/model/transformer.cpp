@@ -258,6 +258,15 @@ class AttentionImpl : public torch::nn::Module {
     const bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
     if (T == 1 && !grad && decode_attention_supported(q, k, v, mk))
       return o_proj(decode_attention_cpu(q, k, v, mk).view({B, T, heads * head_dim}));
+    // A decode step elsewhere (GPU, bf16) with grouped-query heads: the G = H / Hkv query heads of
+    // each key/value head become G query positions of that head, so SDPA reads the cache once
+    // (enable_gqa with a mask falls back to the math kernel, which repeats K and V G times).
+    if (T == 1 && !grad && heads != kv_heads && !kv.prefix_k.defined() && (!mk.defined() || mk.dtype() == torch::kBool)) {
+      const int64_t G = heads / kv_heads;
+      auto out = at::scaled_dot_product_attention(q.reshape({B, kv_heads, G, head_dim}), k, v,
+                                                  mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt, 0.0, false);
+      return o_proj(out.reshape({B, 1, heads * head_dim}));
+    }
     // On the CPU with an additive mask (a training or prefill forward), the queries run in
     // blocks of 256, each against the keys up to its last position only: the causal part of the
     // mask hides every later key from the whole block, and SDPA with a mask computes every key.
