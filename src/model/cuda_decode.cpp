@@ -41,7 +41,17 @@ at::Tensor DecodeGraph::run(int64_t window, const std::function<at::Tensor(int64
       auto graph = std::make_unique<at::cuda::CUDAGraph>();
       // Thread-local capture mode: another thread of the process (a grader) may use CUDA meanwhile.
       graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-      impl_->out = step(window);
+      try {
+        impl_->out = step(window);
+      } catch (...) {
+        // End the capture (and the allocator's routing into its pool) before the caller goes on.
+        try {
+          graph->capture_end();
+        } catch (...) {
+        }
+        impl_->out = at::Tensor();
+        throw;
+      }
       graph->capture_end();
       impl_->graph = std::move(graph);
     }

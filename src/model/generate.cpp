@@ -304,7 +304,8 @@ std::vector<Completion> generate(Transformer& model, const std::vector<std::vect
   if (mode == DecodeMode::Dynamic)
     decode_dynamic(model, pb, cache, key_mask, logits, params, sink, gen);
   else
-    detail::decode_static(model, pb, cache, logits, params, mode == DecodeMode::Graph, sink, gen);
+    detail::decode_static(model, pb, cache, logits, params, mode == DecodeMode::Graph,
+                          params.decode == DecodeMode::Auto, sink, gen);
   if (tok)
     for (int64_t b = 0; b < B; ++b) out[b].text += decoders[b].flush();
   return out;

@@ -33,7 +33,10 @@ struct TokenSink {
 /// The static-shape decode loop (DecodeMode::Static, and Graph when `graphs`): decodes after a
 /// prefill that left `logits` [B, V] fp32 for the first token and `cache` (B rows, pb.P
 /// columns written, max_len = pb.P + max_new_tokens). Appends every row's tokens to `sink`.
+/// `graph_fallback`: a failed graph capture or replay is a warning and the loop goes on eagerly
+/// (DecodeMode::Auto); else it throws.
 void decode_static(Transformer& model, const PromptBatch& pb, KVCache& cache, torch::Tensor logits,
-                   const SamplingParams& params, bool graphs, TokenSink& sink, at::Generator& gen);
+                   const SamplingParams& params, bool graphs, bool graph_fallback, TokenSink& sink,
+                   at::Generator& gen);
 
 }  // namespace leap::model::detail

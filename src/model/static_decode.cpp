@@ -2,7 +2,10 @@
 // batch and KV cache, finished rows masked, every per-step input updated in place on the device,
 // so each step can be one CUDA graph replay.
 #include <algorithm>
+#include <functional>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "model/cuda_decode.hpp"
 #include "model/generate_internal.hpp"
@@ -43,10 +46,27 @@ int64_t window_for(int64_t written, int64_t block, int64_t max_len) {
   return std::min(max_len, (written + block - 1) / block * block);
 }
 
+/// The step from `graph` for `window`. When capture or replay fails and `fallback` is set
+/// (DecodeMode::Auto chose graphs), logs a warning once, sets *graphs false and runs the step
+/// eagerly from then on (the inputs and the cache are unchanged by a failed capture: the step
+/// only rewrites this step's column); else rethrows.
+torch::Tensor graph_or_eager(DecodeGraph& graph, int64_t window, const std::function<at::Tensor(int64_t)>& step,
+                             bool fallback, bool* graphs) {
+  try {
+    return graph.run(window, step);
+  } catch (const std::exception& e) {
+    if (!fallback) throw;
+    spdlog::warn("generate: a CUDA graph of the decode step failed ({}); decoding on without graphs", e.what());
+    *graphs = false;
+    return step(window);
+  }
+}
+
 }  // namespace
 
 void decode_static(Transformer& model, const PromptBatch& pb, KVCache& cache, torch::Tensor logits,
-                   const SamplingParams& params, bool graphs, TokenSink& sink, at::Generator& gen) {
+                   const SamplingParams& params, bool graphs, bool graph_fallback, TokenSink& sink,
+                   at::Generator& gen) {
   const auto dev = logits.device();
   const int64_t B = logits.size(0), V = logits.size(1), N = params.max_new_tokens, max_len = cache.max_len;
   // The columns past the prompt are read (masked) before they are written: zeros, never NaN.
@@ -69,7 +89,7 @@ void decode_static(Transformer& model, const PromptBatch& pb, KVCache& cache, to
     if (step + 1 < N) {
       in.advance(next);
       const int64_t window = window_for(pb.P + step + 1, params.window_block, max_len);
-      logits = graphs ? graph.run(window, step_logits) : step_logits(window);
+      logits = graphs ? graph_or_eager(graph, window, step_logits, graph_fallback, &graphs) : step_logits(window);
     }
     // 3. This step's tokens: append them, stop checks.
     auto [tokens, logprobs] = host.wait();
