@@ -14,6 +14,7 @@
 #include "model/generate.hpp"
 #include "model/rollout_weights.hpp"
 #include "model/transformer.hpp"
+#include "small_model.hpp"
 #include "util/error.hpp"
 
 using namespace leap;
@@ -21,17 +22,7 @@ using namespace leap::model;
 
 namespace {
 
-// A small random Qwen2-style model (GQA, q/k/v bias, untied head) in fp32.
-Transformer small_model(uint64_t seed) {
-  const std::string cfg = R"({"model_type": "qwen2", "hidden_size": 32, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 97,
-    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false})";
-  Transformer m(parse_model_config(cfg, "test config"));
-  torch::manual_seed(static_cast<int64_t>(seed));
-  torch::NoGradGuard ng;
-  for (auto& p : m->parameters()) p.normal_(0.0, 0.2);
-  return m;
-}
+Transformer small_model(uint64_t seed) { return leap_test::small_qwen2(seed); }
 
 // Prompts of different lengths (so the batch is left padded), two of them identical (a shared
 // prefill).
@@ -198,43 +189,6 @@ TEST_CASE("model rollout weights: the copy (LoRA merged, fused) gives the policy
   CAPTURE(scale);
   CAPTURE(diff);
   CHECK(diff < 0.05 * scale);
-}
-
-TEST_CASE("model sampling: the exponential race draws each token with its probability, cut tokens never") {
-  const std::vector<double> p = {0.05, 0.25, 0.0001, 0.3, 0.3999};
-  auto logits = torch::log(torch::tensor(p, torch::kFloat32)).unsqueeze(0).expand({4000, 5}).contiguous();
-  auto gen = at::globalContext().defaultGenerator(torch::kCPU).clone();
-  gen.set_current_seed(7);
-  SamplingParams sp;
-  sp.temperature = 1.0;
-  std::vector<double> count(5, 0);
-  double n = 0;
-  for (int rep = 0; rep < 10; ++rep) {
-    auto noise = at::empty({4000, 5}, torch::kFloat32).exponential_(1.0, gen);
-    auto [next, lp] = sample_with_noise(logits, sp, noise);
-    auto a = next.accessor<int64_t, 1>();
-    for (int64_t i = 0; i < next.size(0); ++i) count[static_cast<size_t>(a[i])] += 1;
-    n += 4000;
-  }
-  double chi2 = 0;  // 3 degrees of freedom over the likely tokens: 16.3 is the 0.999 quantile
-  for (size_t k : {0, 1, 3, 4}) chi2 += std::pow(count[k] - n * p[k], 2) / (n * p[k]);
-  CAPTURE(chi2);
-  CHECK(chi2 < 16.3);
-  sp.top_k = 2;  // tokens 3 and 4 only
-  auto [k2, lk2] = sample_with_noise(logits, sp, at::empty({4000, 5}, torch::kFloat32).exponential_(1.0, gen));
-  CHECK(((k2 == 3).logical_or(k2 == 4)).all().item<bool>());
-  CHECK(std::abs((k2 == 3).sum().item<double>() / 4000.0 - 0.3 / 0.6999) < 0.03);
-  // A variate of (almost) zero on a cut token does not pick it.
-  auto noise = torch::ones({1, 5});
-  noise[0][0] = 0.0f;
-  noise.clamp_min_(std::numeric_limits<float>::min());
-  CHECK(sample_with_noise(logits.narrow(0, 0, 1), sp, noise).first.item<int64_t>() != 0);
-  // sampling_noise: [rows, 1] float64 on a CPU, undefined when greedy.
-  auto u = sampling_noise(3, 97, torch::kCPU, 1.0, gen);
-  CHECK(u.size(0) == 3);
-  CHECK(u.size(1) == 1);
-  CHECK((u.scalar_type() == torch::kFloat64));
-  CHECK(!sampling_noise(3, 97, torch::kCPU, 0.0, gen).defined());
 }
 
 TEST_CASE("model gpu: a decode step replayed from a CUDA graph gives the eager tokens") {

@@ -12,6 +12,7 @@
 #include "model/transformer.hpp"
 #include "rl/prompt_sharing.hpp"
 #include "rl/update.hpp"
+#include "small_model.hpp"
 
 using namespace leap;
 using namespace leap::model;
@@ -20,16 +21,7 @@ namespace {
 
 // A small random Qwen2-style model (GQA, qkv bias, untied head) in fp32.
 Transformer small_model(uint64_t seed, bool tied = false, int64_t max_positions = 512) {
-  const std::string cfg = std::string(R"({"model_type": "qwen2", "hidden_size": 32, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 97,
-    "max_position_embeddings": )") + std::to_string(max_positions) +
-                          R"(, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": )" +
-                          (tied ? "true" : "false") + "}";
-  Transformer m(parse_model_config(cfg, "test config"));
-  torch::manual_seed(static_cast<int64_t>(seed));
-  torch::NoGradGuard ng;
-  for (auto& p : m->parameters()) p.normal_(0.0, 0.2);
-  return m;
+  return leap_test::small_qwen2(seed, 0.2, tied, max_positions);
 }
 
 std::vector<int64_t> random_ids(std::mt19937_64& rng, size_t n) {

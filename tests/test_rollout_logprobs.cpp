@@ -12,22 +12,14 @@
 #include "model/hf_config.hpp"
 #include "model/transformer.hpp"
 #include "rl/update.hpp"
+#include "small_model.hpp"
 
 using namespace leap;
 using namespace leap::model;
 
 namespace {
 
-Transformer small_model(uint64_t seed) {
-  const std::string cfg = R"({"model_type": "qwen2", "hidden_size": 32, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 97,
-    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": false})";
-  Transformer m(parse_model_config(cfg, "test config"));
-  torch::manual_seed(static_cast<int64_t>(seed));
-  torch::NoGradGuard ng;
-  for (auto& p : m->parameters()) p.normal_(0.0, 0.3);
-  return m;
-}
+Transformer small_model(uint64_t seed) { return leap_test::small_qwen2(seed, 0.3); }
 
 }  // namespace
 
