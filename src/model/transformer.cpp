@@ -189,12 +189,38 @@ class AttentionImpl : public torch::nn::Module {
   // `kv` carries the cache slots or a prefix's keys/values and where to put this call's keys.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask, const LayerKV& kv) {
-    torch::Tensor* kc = kv.kc;
-    torch::Tensor* vc = kv.vc;
-    const int64_t past = kv.past;
     const int64_t B = x.size(0), T = x.size(1);
     const int64_t from = kv.query_from, Tq = T - from;
     TORCH_CHECK(from >= 0 && from <= T && (from == 0 || kv.kc == nullptr), "query_from must be in [0, T], without a cache");
+    auto [q, k, v] = project(x, cos, sin, from);
+    if (kv.out_k != nullptr) {
+      *kv.out_k = k;
+      *kv.out_v = v;
+    }
+    if (Tq == 0) return x.narrow(1, T, 0);  // only the keys and values were wanted
+    std::tie(k, v) = keys_values(k, v, kv, T);
+    // Under autocast the projections and the rotary tables are in the compute dtype, but a q_norm
+    // (Qwen3) or a cache may hold another: attention gets one dtype, the keys' (the cache's when
+    // there is one).
+    if (q.scalar_type() != k.scalar_type()) q = q.to(k.scalar_type());
+    if (v.scalar_type() != k.scalar_type()) v = v.to(k.scalar_type());
+    const int64_t past = kv.past;
+    const bool causal = !mask.defined() && T > 1 && past == 0 && !kv.prefix_k.defined() && from == 0;
+    TORCH_CHECK(mask.defined() || !kv.prefix_k.defined() || T == 1, "a prefix needs a key mask");
+    auto mk = mask.defined() && from ? mask.narrow(2, from, Tq) : mask;
+    if (!mask.defined() && T > 1 && (past > 0 || from > 0)) {
+      auto qi = torch::arange(past + from, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+      auto kj = torch::arange(0, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+      mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, Tq, past + T});
+    }
+    return o_proj(attend(q, k, v, mk, causal, kv.prefix_k.defined()).reshape({B, Tq, heads * head_dim}));
+  }
+
+  /// q [B, H, Tq, D] (columns [from, T) only), k and v [B, Hkv, T, D] of `x` [B, T, hidden]:
+  /// the projections (fused or not), q/k norms, rotary.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                  const torch::Tensor& sin, int64_t from) {
+    const int64_t B = x.size(0), T = x.size(1), Tq = T - from;
     torch::Tensor q, k, v;
     if (qkv_weight.defined() && from == 0) {  // fused projections (fuse()): one GEMM
       auto qkv = at::linear(x, qkv_weight, qkv_bias).split_with_sizes(
@@ -220,52 +246,49 @@ class AttentionImpl : public torch::nn::Module {
     };
     q = from ? rope(q, cos.narrow(2, from, Tq), sin.narrow(2, from, Tq)) : rope(q, cos, sin);
     k = rope(k, cos, sin);
-    if (kv.out_k != nullptr) {
-      *kv.out_k = k;
-      *kv.out_v = v;
-    }
-    if (Tq == 0) return x.narrow(1, T, 0);  // only the keys and values were wanted
+    return {q, k, v};
+  }
+
+  /// The keys and values attention reads: a prefix's before this call's, or the cache's columns
+  /// after writing this call's T columns into it (at kv.past, or at the device-side kv.column).
+  std::pair<torch::Tensor, torch::Tensor> keys_values(torch::Tensor k, torch::Tensor v, const LayerKV& kv, int64_t T) {
     if (kv.prefix_k.defined()) {
       k = torch::cat({kv.prefix_k.to(k.scalar_type()), k}, 2);
       v = torch::cat({kv.prefix_v.to(v.scalar_type()), v}, 2);
     }
+    torch::Tensor* kc = kv.kc;
+    torch::Tensor* vc = kv.vc;
     if (kc != nullptr && kv.column != nullptr) {  // static shapes: the column is a device tensor
       kc->index_copy_(2, *kv.column, k.to(kc->scalar_type()));
       vc->index_copy_(2, *kv.column, v.to(vc->scalar_type()));
-      k = kc->narrow(2, 0, kv.window);
-      v = vc->narrow(2, 0, kv.window);
-    } else if (kc != nullptr) {
-      kc->narrow(2, past, T).copy_(k);
-      vc->narrow(2, past, T).copy_(v);
-      k = kc->narrow(2, 0, past + T);
-      v = vc->narrow(2, 0, past + T);
+      return {kc->narrow(2, 0, kv.window), vc->narrow(2, 0, kv.window)};
     }
-    // Under autocast the projections and the rotary tables are in the compute dtype, but a q_norm
-    // (Qwen3) or a cache may hold another: attention gets one dtype, the keys' (the cache's when
-    // there is one).
-    if (q.scalar_type() != k.scalar_type()) q = q.to(k.scalar_type());
-    if (v.scalar_type() != k.scalar_type()) v = v.to(k.scalar_type());
-    const bool causal = !mask.defined() && T > 1 && past == 0 && !kv.prefix_k.defined() && from == 0;
-    TORCH_CHECK(mask.defined() || !kv.prefix_k.defined() || T == 1, "a prefix needs a key mask");
-    auto mk = mask.defined() && from ? mask.narrow(2, from, Tq) : mask;
-    if (!mask.defined() && T > 1 && (past > 0 || from > 0)) {
-      auto qi = torch::arange(past + from, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
-      auto kj = torch::arange(0, past + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
-      mk = (kj.unsqueeze(0) <= qi.unsqueeze(1)).view({1, 1, Tq, past + T});
+    if (kc != nullptr) {
+      kc->narrow(2, kv.past, T).copy_(k);
+      vc->narrow(2, kv.past, T).copy_(v);
+      return {kc->narrow(2, 0, kv.past + T), vc->narrow(2, 0, kv.past + T)};
     }
+    return {k, v};
+  }
+
+  /// softmax(q k^T / sqrt(D), mask) v: q [B, H, Tq, D], k and v [B, Hkv, S, D], mask `mk`
+  /// (bool, additive or undefined; `causal` when undefined and causal). Returns [B, Tq, H, D]
+  /// (contiguous or not), for the output projection.
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& mk,
+                       bool causal, bool has_prefix) {
+    const int64_t B = q.size(0), Tq = q.size(2);
+    const auto opt_mask = mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt;
     // A decode step on the CPU (one new token per row, fp32, no gradient): one pass per row and
     // key/value head over the cache instead of SDPA's per-row, per-head matrix-vector calls.
     const bool grad = torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-    if (T == 1 && !grad && decode_attention_supported(q, k, v, mk))
-      return o_proj(decode_attention_cpu(q, k, v, mk).view({B, T, heads * head_dim}));
+    if (Tq == 1 && !grad && decode_attention_supported(q, k, v, mk)) return decode_attention_cpu(q, k, v, mk).transpose(1, 2);
     // A decode step elsewhere (GPU, bf16) with grouped-query heads: the G = H / Hkv query heads of
     // each key/value head become G query positions of that head, so SDPA reads the cache once
     // (enable_gqa with a mask falls back to the math kernel, which repeats K and V G times).
-    if (T == 1 && !grad && heads != kv_heads && !kv.prefix_k.defined() && (!mk.defined() || mk.dtype() == torch::kBool)) {
+    if (Tq == 1 && !grad && heads != kv_heads && !has_prefix && (!mk.defined() || mk.dtype() == torch::kBool)) {
       const int64_t G = heads / kv_heads;
-      auto out = at::scaled_dot_product_attention(q.reshape({B, kv_heads, G, head_dim}), k, v,
-                                                  mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt, 0.0, false);
-      return o_proj(out.reshape({B, 1, heads * head_dim}));
+      return at::scaled_dot_product_attention(q.reshape({B, kv_heads, G, head_dim}), k, v, opt_mask, 0.0, false)
+          .reshape({B, 1, heads, head_dim});  // head h = kv head h / G, query h % G
     }
     // On the CPU with an additive mask (a training or prefill forward), the queries run in
     // blocks of 256, each against the keys up to its last position only: the causal part of the
@@ -281,11 +304,10 @@ class AttentionImpl : public torch::nn::Module {
                                                         mk.narrow(2, a, n).narrow(3, 0, keys), 0.0, false,
                                                         std::nullopt, heads != kv_heads));
       }
-      return o_proj(torch::cat(outs, 2).transpose(1, 2).reshape({B, Tq, heads * head_dim}));
+      return torch::cat(outs, 2).transpose(1, 2);
     }
-    auto out = at::scaled_dot_product_attention(q, k, v, mk.defined() ? std::optional<at::Tensor>(mk) : std::nullopt,
-                                                0.0, causal, std::nullopt, heads != kv_heads);
-    return o_proj(out.transpose(1, 2).reshape({B, Tq, heads * head_dim}));
+    return at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, causal, std::nullopt, heads != kv_heads)
+        .transpose(1, 2);
   }
 
   /// Concatenates q/k/v into qkv_weight (and qkv_bias); the projections' weights become views of it.
