@@ -253,6 +253,29 @@ TEST_CASE("env sandbox: reads of files outside the allowed set fail") {
   CHECK(off.r0 >= 1);
 }
 
+TEST_CASE("env sandbox: a cpu answer can dlopen no system library and read nothing under /usr; its worker's libraries stay") {
+  // Before, the worker's root bound the host's /usr: any library installed system-wide (the
+  // reference BLAS, OpenMP's runtime, an OpenBLAS or MKL) could be dlopen'ed by an answer.
+  if (!host_has(&SandboxReport::filesystem)) return;
+  leap::test::TempDir dir;
+  const std::string body =
+      "  const char* libs[] = {\"libgomp.so.1\", \"libblas.so.3\", \"liblapack.so.3\", \"libopenblas.so.0\", \"libz.so.1\"};\n"
+      "  for (const char* l : libs) if (dlopen(l, RTLD_NOW | RTLD_LOCAL)) r0 += 1;\n"
+      "  const char* files[] = {\"/usr/include/stdio.h\", \"/usr/bin/gcc\", \"/usr/lib/gcc\", \"/usr/share/dict/words\"};\n"
+      "  for (const char* f : files) if (access(f, F_OK) == 0) r0 += 1;\n"
+      // what the answer's module needs is there: libm and libstdc++ (loaded), libmvec (bound)
+      "  if (dlopen(\"libm.so.6\", RTLD_NOW | RTLD_NOLOAD) && dlopen(\"libstdc++.so.6\", RTLD_NOW | RTLD_NOLOAD) &&\n"
+      "      dlopen(\"libmvec.so.1\", RTLD_NOW | RTLD_LOCAL)) r1 = 1;\n";
+  Observed o = run_probe(dir, probe_code("#include <dlfcn.h>\n", body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  CHECK(o.r1 == 1);
+  // Without the sandbox the same code finds some of them (the compiler's own files at least).
+  Observed off = run_probe(dir, probe_code("#include <dlfcn.h>\n", body), SandboxMode::off);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r0 >= 2);
+}
+
 TEST_CASE("env sandbox: a fork bomb starts no process and leaves none behind") {
   if (!host_has(&SandboxReport::seccomp)) return;
   leap::test::TempDir dir;

@@ -17,7 +17,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "env/sandbox_child.hpp"
@@ -159,6 +164,31 @@ bool mkdirs(const std::string& path) {
   return true;
 }
 
+// The regular files this process maps (/proc/self/maps: executable, loader, libraries), by
+// their canonical paths, and libmvec.so.1 beside the mapped libm (vectorised math that -O3
+// code may call). Sorted, without duplicates.
+std::vector<std::string> mapped_library_files() {
+  std::set<std::string> files;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos || line.ends_with(" (deleted)")) continue;
+    const std::string path = line.substr(slash);
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    files.insert(path);
+  }
+  for (const auto& f : std::vector<std::string>(files.begin(), files.end())) {
+    const size_t cut = f.rfind('/');
+    if (f.compare(cut + 1, 8, "libm.so.") != 0) continue;
+    const std::string mvec = f.substr(0, cut) + "/libmvec.so.1";
+    char real[PATH_MAX];
+    if (realpath(mvec.c_str(), real) != nullptr) files.insert(real);
+  }
+  return {files.begin(), files.end()};
+}
+
 // The minimal root: see the file comment of sandbox.hpp. Returns "" or what failed.
 std::string enter_minimal_root(const ChildSandbox& spec) {
   // Every host source is opened first: mounting the new root over /tmp hides what lies below it.
@@ -176,7 +206,11 @@ std::string enter_minimal_root(const ChildSandbox& spec) {
     int fd = open(host.c_str(), O_PATH | O_CLOEXEC);
     if (fd >= 0) srcs.push_back({dst, fd, writable});
   };
-  add("/usr", "/usr", false);
+  if (spec.libraries_only) {
+    for (const auto& f : mapped_library_files()) add(f, f, false);
+  } else {
+    add("/usr", "/usr", false);
+  }
   for (const char* d : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
     struct stat st {};
     if (lstat(d, &st) != 0) continue;
@@ -184,7 +218,7 @@ std::string enter_minimal_root(const ChildSandbox& spec) {
       char buf[4096];
       ssize_t n = readlink(d, buf, sizeof buf - 1);
       if (n > 0) links.emplace_back(d, std::string(buf, static_cast<size_t>(n)));
-    } else if (S_ISDIR(st.st_mode)) {
+    } else if (S_ISDIR(st.st_mode) && !spec.libraries_only) {
       add(d, d, false);
     }
   }

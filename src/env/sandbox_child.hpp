@@ -34,6 +34,12 @@ struct ChildSandbox {
   bool drop_privileges = true;  ///< uid/gid 65534 on a root host; no capabilities in a user namespace
   std::string bind_rw_path;     ///< host folder mounted writable at /build (a compile's build folder)
   std::vector<std::string> extra_ro;  ///< more host paths visible read-only at the same path
+  /// With Fs::minimal: in place of /usr and /lib, only the files this process has mapped (its
+  /// executable, the dynamic loader, its libraries, from /proc/self/maps) and libmvec beside
+  /// libm, each at its own path. For a cpu worker, which enters its sandbox once loaded: the
+  /// answer's module then finds libc, libm, libstdc++ and libgcc_s loaded and no other library
+  /// (a system-wide BLAS, OpenMP) to dlopen, and no header or tool to read.
+  bool libraries_only = false;
   int64_t scratch_mb = 64;      ///< the /tmp tmpfs, MB
   int64_t file_size_mb = 64;    ///< RLIMIT_FSIZE, MB
   int64_t open_files = 256;     ///< RLIMIT_NOFILE

@@ -209,6 +209,7 @@ int worker_process_main(const std::string& spec_json, int sock, int status_fd, c
                                                                                 : ChildSandbox::Fs::none;
     cs.no_processes = true;
     cs.no_unix_connect = fs == "minimal";  // cpu workers; cuda drivers may use unix sockets
+    cs.libraries_only = fs == "minimal";   // cpu workers: loaded already, no /usr for the answer
     cs.drop_privileges = spec.at("drop_privileges").get<bool>();
     cs.scratch_mb = spec.at("scratch_mb").get<int64_t>();
     cs.file_size_mb = spec.at("file_size_mb").get<int64_t>();
