@@ -26,7 +26,8 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import kernelbench_eager as ke  # noqa: E402
-import kernelbench_import as kb  # noqa: E402
+from kernelbench.problem import Problem  # noqa: E402
+from kernelbench.values import weight_names  # noqa: E402
 
 
 def unfused():
@@ -56,11 +57,11 @@ def one(kb_dir, tdir, device, rounds):
         path = os.path.join(kb_dir, "KernelBench", meta["file"])
     src = open(path, encoding="utf-8").read()
     over = ke.overrides_of(meta) if device == "cpu" else {}
-    P = kb.Problem(path, src, over or None, int(meta["seed"]))
+    P = Problem(path, src, over or None, int(meta["seed"]))
     model = P.model.to(device)
     tensors = [t.to(device) for t in P.tensors]
     state = {k: v.to(device) for k, v in P.state.items()}
-    by_name = {w: k for k, w in kb.weight_names(P.names, P.state).items()}
+    by_name = {w: k for k, w in weight_names(P.names, P.state).items()}
     names = [P.names[i] for i in P.tensor_idx]
     args = [tensors[names.index(n)] if n in names else state[by_name[n]] for n in spec["inputs"]]
     ref = torch.jit.load(os.path.join(tdir, "reference.pt"), map_location=device)

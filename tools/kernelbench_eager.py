@@ -18,7 +18,8 @@ import torch
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import kernelbench_import as kb  # noqa: E402
+from kernelbench.problem import Problem, flat_outputs  # noqa: E402
+from kernelbench.values import generate, weight_names  # noqa: E402
 
 
 def overrides_of(src_meta):
@@ -41,9 +42,9 @@ def one(kb_dir, out_dir, tdir):
         path = os.path.join(kb_dir, os.path.basename(meta["file"]))
     src = open(path, encoding="utf-8").read()
     seed = int(meta["seed"])
-    P = kb.Problem(path, src, overrides_of(meta) or None, seed)
+    P = Problem(path, src, overrides_of(meta) or None, seed)
     # weight names as the importer gives them
-    by_name = {w: k for k, w in kb.weight_names(P.names, P.state).items()}
+    by_name = {w: k for k, w in weight_names(P.names, P.state).items()}
     weights = dict(P.state)
     tensor_names = [P.names[i] for i in P.tensor_idx]
     ins = []
@@ -59,10 +60,10 @@ def one(kb_dir, out_dir, tdir):
         else:
             kind = "uniform" if "uniform" in init else "normal"
             a, b = (init[kind]["low"], init[kind]["high"]) if kind == "uniform" else (init[kind]["mean"], init[kind]["std"])
-            t = kb.generate((kind, float(a), float(b)), v.shape, int(init["seed"]), v.dtype)
+            t = generate((kind, float(a), float(b)), v.shape, int(init["seed"]), v.dtype)
         weights[k] = t
     with torch.no_grad():
-        outs = kb.flat_outputs(P.call([t.clone() for t in P.tensors], weights))
+        outs = flat_outputs(P.call([t.clone() for t in P.tensors], weights))
     d = os.path.join(out_dir, spec["name"])
     os.makedirs(d, exist_ok=True)
     shapes = []
