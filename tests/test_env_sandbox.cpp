@@ -253,7 +253,7 @@ TEST_CASE("env sandbox: reads of files outside the allowed set fail") {
   CHECK(off.r0 >= 1);
 }
 
-TEST_CASE("env sandbox: a cpu answer can dlopen no system library and read nothing under /usr; its worker's libraries stay") {
+TEST_CASE("env sandbox: a cpu answer can dlopen no system library and read nothing under /usr, its worker's libraries stay") {
   // Before, the worker's root bound the host's /usr: any library installed system-wide (the
   // reference BLAS, OpenMP's runtime, an OpenBLAS or MKL) could be dlopen'ed by an answer.
   if (!host_has(&SandboxReport::filesystem)) return;

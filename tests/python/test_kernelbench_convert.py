@@ -1,0 +1,168 @@
+"""The KernelBench converter's named steps (tools/kernelbench/convert.py), one at a time, on small
+problems written here: what each step decides, checked against values computed independently
+(eager PyTorch on the same problem, the shapes written by hand). Run by ctest through the
+project's Python: python -m unittest discover -s tests/python."""
+import argparse
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from kernelbench.common import Skip  # noqa: E402
+from kernelbench.convert import Conversion, convert_at, shape_text  # noqa: E402
+
+LINEAR = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * 2.0
+
+
+batch_size = 64
+features = 96
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+'''
+
+RANDOM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+n = 128
+
+
+def get_inputs():
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def options(**kw):
+    o = argparse.Namespace(seed=42, atol=1e-4, rtol=1e-4, timeout=300.0, memory_gb=4.0, cpu_ms=100.0, threads=1)
+    for k, v in kw.items():
+        setattr(o, k, v)
+    return o
+
+
+class ConverterSteps(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def problem(self, name, text):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def test_each_step_of_a_linear_problem(self):
+        path = self.problem("7_LinearRelu.py", LINEAR)
+        c = Conversion(1, 7, path, options(), 1.0, None, None)
+        # 1. the meta analysis: KernelBench's shapes, nothing allocated
+        c.analyse_full_size()
+        self.assertEqual(list(c.full_a["inputs"]), [(64, 96)])
+        self.assertEqual(list(c.full_a["outputs"]), [(64, 96)])
+        # 2. small enough: traced at KernelBench's sizes
+        c.choose_trace_sizes()
+        self.assertIsNone(c.trace_over)
+        c.build_traced_problem()
+        self.assertEqual(c.info["traced_at"], "kernelbench")
+        # 3. nn.Linear's kaiming-uniform weight and bias: a seeded uniform rule of bound 1/sqrt(96)
+        c.choose_value_rules()
+        self.assertEqual(set(c.rules), {"linear.weight", "linear.bias"})
+        for k in ("linear.weight", "linear.bias"):
+            kind, lo, hi = c.rules[k]
+            self.assertEqual(kind, "uniform")
+            self.assertAlmostEqual(hi, 1 / math.sqrt(96), delta=0.01)
+            self.assertAlmostEqual(lo, -hi)
+        # the values used are the seeded draws, not the Model's own
+        self.assertFalse(torch.equal(c.state["linear.weight"], c.T.state["linear.weight"]))
+        # forward on those values: relu(x W^T + b) * 2, computed here independently
+        c.check_forward()
+        x = c.tensors[0]
+        expected = torch.relu(x @ c.state["linear.weight"].T + c.state["linear.bias"]) * 2.0
+        torch.testing.assert_close(c.out1[0], expected)
+        # the trace reads both values and agrees with forward
+        c.trace_reference()
+        self.assertEqual(c.keys, ["linear.weight", "linear.bias"])
+        c.check_trace()
+        torch.testing.assert_close(c.ref_out[0], expected)
+        # 4. every dimension named by its size symbol
+        c.symbolic_shapes()
+        self.assertEqual(c.exprs, [["batch_size", "features"], ["features", "features"], ["features"],
+                                   ["batch_size", "features"]])
+        self.assertEqual(c.used_symbols, {"batch_size": 64, "features": 96})
+        self.assertEqual(c.eval_shapes({"batch_size": 3, "features": 5}), [(3, 5), (5, 5), (5,), (3, 5)])
+        # 5. a tiny reference needs no smaller cpu sizes
+        c.find_cpu_sizes()
+        self.assertIsNone(c.C)
+        c.find_strict_inputs()
+        self.assertEqual(c.strict, set())  # relu needs no input domain
+        # 6. the folder
+        task, info = c.write_task(self.dir.name)
+        self.assertEqual(task, "l1_007_linear_relu")
+        text = open(os.path.join(self.dir.name, task, "task.yaml"), encoding="utf-8").read()
+        self.assertIn("sizes: {batch_size: 64, features: 96}", text)
+        self.assertIn("  x: {dtype: float32, shape: [batch_size, features]", text)
+        self.assertIn("shape: [features, features], init: {uniform:", text)
+        self.assertIn("  out: {dtype: float32, shape: [batch_size, features]}", text)
+        self.assertTrue(os.path.isfile(os.path.join(self.dir.name, task, "reference.pt")))
+        self.assertFalse([n for n in os.listdir(self.dir.name) if n.startswith(".tmp-")])  # nothing half-written
+        # the saved reference computes forward
+        ref = torch.jit.load(os.path.join(self.dir.name, task, "reference.pt"))
+        torch.testing.assert_close(ref(x, c.state["linear.weight"], c.state["linear.bias"]), expected)
+
+    def test_a_random_forward_is_skipped_at_the_forward_check(self):
+        path = self.problem("3_Dropout.py", RANDOM)
+        c = Conversion(1, 3, path, options(), 1.0, None, None)
+        c.analyse_full_size()
+        c.choose_trace_sizes()
+        c.build_traced_problem()
+        c.choose_value_rules()
+        with self.assertRaises(Skip) as e:
+            c.check_forward()
+        self.assertIn("not deterministic", str(e.exception))
+        # convert_at runs the same steps: the same reason, and no folder
+        with self.assertRaises(Skip):
+            convert_at(1, 3, path, self.dir.name, options(), 1.0)
+        self.assertEqual([n for n in os.listdir(self.dir.name) if not n.endswith(".py")], [])
+
+    def test_level_4_is_out_of_scope(self):
+        with self.assertRaises(Skip) as e:
+            convert_at(4, 1, self.problem("1_X.py", LINEAR), self.dir.name, options(), 1.0)
+        self.assertIn("level 4", str(e.exception))
+
+    def test_shape_text(self):
+        self.assertEqual(shape_text(["N", "2 * H", "3"]), "[N, 2 * H, 3]")
+        self.assertEqual(shape_text([]), "[]")
+
+
+if __name__ == "__main__":
+    unittest.main()
