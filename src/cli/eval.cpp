@@ -194,66 +194,53 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("eval", "Score a model, a run's checkpoint or saved solutions: correctness, "
                                          "speedup, fast_p, Acc@k per turn");
   struct Opts {
-    std::string config, bench, tasks, solutions, model, run, backend = "cpu", format = "table", levels, split,
-        save_answers;
+    std::string config, tasks, solutions;
     std::vector<std::string> sets;
-    int64_t checkpoint = -1, turns = 0, samples = 0, limit = 0;
-    bool full_size = false;
+    ModelEvalArgs m;  ///< what --model / --run evaluate with (the flags bind into it)
   };
   auto o = std::make_shared<Opts>();
+  ModelEvalArgs& m = o->m;
+  m.backend = "cpu";
   cmd->add_option("--config", o->config, "experiment YAML for sampling and environment settings");
   cmd->add_option("--set", o->sets, "override one config key (repeatable)")->type_name("KEY.PATH=VALUE");
-  cmd->add_option("--bench", o->bench, "kernelbench, starter, or a task-set folder");
+  cmd->add_option("--bench", m.bench, "kernelbench, starter, or a task-set folder");
   cmd->add_option("--tasks", o->tasks, "task-set folder (with --solutions)");
   cmd->add_option("--solutions", o->solutions, "score saved answers laid out as <dir>/<task>/<name>.md");
-  cmd->add_option("--model", o->model, "Hugging Face checkpoint folder to sample from");
-  cmd->add_option("--run", o->run, "evaluate run RUN_ID's checkpoint");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint step of --run (default: the last)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--turns", o->turns, "turns per rollout (default: eval.turns)")->check(CLI::Range(int64_t{1}, int64_t{64}));
-  cmd->add_option("--samples", o->samples, "samples per task, k of pass@k (default: eval.samples)")
+  cmd->add_option("--model", m.model, "Hugging Face checkpoint folder to sample from");
+  cmd->add_option("--run", m.run, "evaluate run RUN_ID's checkpoint");
+  cmd->add_option("--checkpoint", m.checkpoint, "checkpoint step of --run (default: the last)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--turns", m.turns, "turns per rollout (default: eval.turns)")->check(CLI::Range(int64_t{1}, int64_t{64}));
+  cmd->add_option("--samples", m.samples, "samples per task, k of pass@k (default: eval.samples)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  cmd->add_option("--levels", o->levels, "comma-separated levels to keep, e.g. 1,2");
-  cmd->add_option("--split", o->split, "only the tasks of this split of the set (train, eval, ...; default: all)");
-  cmd->add_option("--limit", o->limit, "at most this many tasks")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", o->backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  cmd->add_option("--format", o->format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
-  cmd->add_flag("--full-size", o->full_size,
+  cmd->add_option("--levels", m.levels, "comma-separated levels to keep, e.g. 1,2");
+  cmd->add_option("--split", m.split, "only the tasks of this split of the set (train, eval, ...; default: all)");
+  cmd->add_option("--limit", m.limit, "at most this many tasks")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", m.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--format", m.format, "table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_flag("--full-size", m.full_size,
                "run tasks without sizes for the backend (sizes_cpu: none: imported for the GPU only) at their full "
                "sizes instead of leaving them out");
-  cmd->add_option("--save-answers", o->save_answers,
+  cmd->add_option("--save-answers", m.save_answers,
                   "with --model/--run: save every answer to a new folder as <task>/s<sample>_t<turn>.md");
   return [o, &g]() -> int {
-    if (o->bench.empty() && o->tasks.empty()) throw UsageError("leap eval: give --bench NAME or --tasks DIR");
-    int sources = !o->solutions.empty() + !o->model.empty() + !o->run.empty();
+    const ModelEvalArgs& m = o->m;
+    if (m.bench.empty() && o->tasks.empty()) throw UsageError("leap eval: give --bench NAME or --tasks DIR");
+    int sources = !o->solutions.empty() + !m.model.empty() + !m.run.empty();
     if (sources != 1) throw UsageError("leap eval: give exactly one of --solutions DIR, --model PATH, --run RUN_ID");
     if (!o->config.empty()) config::load_experiment(o->config, o->sets);  // validates, exit 2 on errors
     if (!o->solutions.empty()) {
       if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
-      if (!o->save_answers.empty()) throw UsageError("leap eval: --save-answers goes with --model or --run");
+      if (!m.save_answers.empty()) throw UsageError("leap eval: --save-answers goes with --model or --run");
       // Flags of sampling and task selection mean nothing for saved answers: refused, not ignored.
-      for (const auto& [flag, set] : {std::pair<const char*, bool>{"--limit", o->limit > 0}, {"--turns", o->turns > 0},
-                                      {"--samples", o->samples > 0}, {"--levels", !o->levels.empty()},
-                                      {"--split", !o->split.empty()}, {"--checkpoint", o->checkpoint >= 0}})
+      for (const auto& [flag, set] : {std::pair<const char*, bool>{"--limit", m.limit > 0}, {"--turns", m.turns > 0},
+                                      {"--samples", m.samples > 0}, {"--levels", !m.levels.empty()},
+                                      {"--split", !m.split.empty()}, {"--checkpoint", m.checkpoint >= 0}})
         if (set) throw UsageError(std::string("leap eval: ") + flag + " goes with --model or --run (--solutions grades every answer file given)");
-      return eval_solutions(o->tasks, o->solutions, o->backend, o->format, experiment_from_flags(o->config, o->sets), g,
-                            o->full_size);
+      return eval_solutions(o->tasks, o->solutions, m.backend, m.format, experiment_from_flags(o->config, o->sets), g,
+                            m.full_size);
     }
-    if (o->bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
-    ModelEvalArgs a;
-    a.bench = o->bench;
-    a.model = o->model;
-    a.run = o->run;
-    a.checkpoint = o->checkpoint;
-    a.turns = o->turns;
-    a.samples = o->samples;
-    a.levels = o->levels;
-    a.full_size = o->full_size;
-    a.split = o->split;
-    a.limit = o->limit;
-    a.backend = o->backend;
-    a.format = o->format;
-    a.save_answers = o->save_answers;
-    return eval_model(a, experiment_from_flags(o->config, o->sets), g);
+    if (m.bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
+    return eval_model(m, experiment_from_flags(o->config, o->sets), g);
   };
 }
 

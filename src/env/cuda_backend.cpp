@@ -101,18 +101,13 @@ PlanParseOptions CudaBackend::plan_options() const {
 CompileOutcome CudaBackend::compile(const std::string& code, const LaunchPlan& plan) {
   (void)plan;  // argument types are checked against the kernel's parameters at launch time
   NvrtcResult r = compiler_->compile(code);
-  CompileOutcome out;
-  out.ok = r.ok;
-  out.log = r.log;
-  out.feedback = r.feedback;
-  out.timed_out = r.timed_out;
-  out.seconds = r.seconds;
-  out.artifact.backend = name();
-  out.artifact.path = r.cubin_path;
-  out.artifact.exports = r.exports;
-  out.artifact.key = r.key;
-  out.artifact.from_cache = r.from_cache;
-  return out;
+  return CompileOutcome{
+      .ok = r.ok,
+      .artifact = {.backend = name(), .path = r.cubin_path, .exports = r.exports, .key = r.key, .from_cache = r.from_cache},
+      .log = r.log,
+      .feedback = r.feedback,
+      .timed_out = r.timed_out,
+      .seconds = r.seconds};
 }
 
 std::string CudaBackend::reference_device() const {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "report/ablation.hpp"
 
@@ -17,45 +19,39 @@ struct StepRow {
 };
 
 /// Steps (from the steps table, else from the groups) with their rollout and turn counts.
+/// Runs `sql` (the run id bound as ?1, column 0 a step) and hands each row's step record and the
+/// statement to `read`.
+void per_step(store::Database& db, const char* sql, const std::string& run, std::map<int64_t, StepRow>& steps,
+              const std::function<void(StepRow&, store::Statement&)>& read) {
+  store::Statement q = db.prepare(sql);
+  q.bind_text(1, run);
+  while (q.step()) read(steps[q.column_int64(0)], q);
+}
+
 std::map<int64_t, StepRow> read_steps(store::Store& st, const std::string& run) {
   std::map<int64_t, StepRow> steps;
   auto& db = st.db();
-  {
-    store::Statement q = db.prepare("SELECT step, ended_at FROM steps WHERE run_id = ?1 ORDER BY step");
-    q.bind_text(1, run);
-    while (q.step()) steps[q.column_int64(0)].ended_at = q.column_double(1);
-  }
-  {
-    store::Statement q = db.prepare(
-        "SELECT g.step, count(*), coalesce(sum(o.first_success_turn = 1), 0), "
-        "count(o.first_success_turn), coalesce(sum(o.first_success_turn), 0) "
-        "FROM rollouts o JOIN groups g ON g.id = o.group_id WHERE g.run_id = ?1 GROUP BY g.step");
-    q.bind_text(1, run);
-    while (q.step()) {
-      StepRow& s = steps[q.column_int64(0)];
-      s.rollouts = q.column_double(1);
-      s.pass_turn1 = q.column_double(2);
-      s.passed = q.column_double(3);
-      s.first_turn_sum = q.column_double(4);
-    }
-  }
-  {
-    store::Statement q = db.prepare(
-        "SELECT g.step, count(*) FROM turns u JOIN rollouts o ON o.id = u.rollout_id "
-        "JOIN groups g ON g.id = o.group_id WHERE g.run_id = ?1 GROUP BY g.step");
-    q.bind_text(1, run);
-    while (q.step()) steps[q.column_int64(0)].turns = q.column_double(1);
-  }
-  {
-    store::Statement q = db.prepare(
-        "SELECT step, count(*), sum(dcp_activated) FROM groups WHERE run_id = ?1 GROUP BY step");
-    q.bind_text(1, run);
-    while (q.step()) {
-      StepRow& s = steps[q.column_int64(0)];
-      s.groups = q.column_double(1);
-      s.activated = q.column_double(2);
-    }
-  }
+  per_step(db, "SELECT step, ended_at FROM steps WHERE run_id = ?1 ORDER BY step", run, steps,
+           [](StepRow& s, store::Statement& q) { s.ended_at = q.column_double(1); });
+  per_step(db,
+           "SELECT g.step, count(*), coalesce(sum(o.first_success_turn = 1), 0), "
+           "count(o.first_success_turn), coalesce(sum(o.first_success_turn), 0) "
+           "FROM rollouts o JOIN groups g ON g.id = o.group_id WHERE g.run_id = ?1 GROUP BY g.step",
+           run, steps, [](StepRow& s, store::Statement& q) {
+             s.rollouts = q.column_double(1);
+             s.pass_turn1 = q.column_double(2);
+             s.passed = q.column_double(3);
+             s.first_turn_sum = q.column_double(4);
+           });
+  per_step(db,
+           "SELECT g.step, count(*) FROM turns u JOIN rollouts o ON o.id = u.rollout_id "
+           "JOIN groups g ON g.id = o.group_id WHERE g.run_id = ?1 GROUP BY g.step",
+           run, steps, [](StepRow& s, store::Statement& q) { s.turns = q.column_double(1); });
+  per_step(db, "SELECT step, count(*), sum(dcp_activated) FROM groups WHERE run_id = ?1 GROUP BY step", run, steps,
+           [](StepRow& s, store::Statement& q) {
+             s.groups = q.column_double(1);
+             s.activated = q.column_double(2);
+           });
   return steps;
 }
 

@@ -2,6 +2,22 @@
 
 namespace leap::report {
 
+namespace {
+
+/// An attempt's sample, turn, verdict, speedup and suspicious flag from columns c .. c + 4 of
+/// the current row (the task is the caller's).
+metrics::Attempt attempt_columns(store::Statement& st, int c) {
+  metrics::Attempt a;
+  a.sample = st.column_int64(c);
+  a.turn = st.column_int64(c + 1);
+  a.verdict = st.column_text(c + 2);
+  a.speedup = st.column_opt_double(c + 3);
+  a.suspicious = st.column_int64(c + 4) != 0;
+  return a;
+}
+
+}  // namespace
+
 metrics::MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
   metrics::MetricsInput in;
   store::Statement t = db.prepare(
@@ -17,13 +33,8 @@ metrics::MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
       "WHERE r.evaluation_id = ?1 ORDER BY r.id");
   st.bind_int64(1, evaluation_id);
   while (st.step()) {
-    metrics::Attempt a;
+    metrics::Attempt a = attempt_columns(st, 1);
     a.task = st.column_text(0);
-    a.sample = st.column_int64(1);
-    a.turn = st.column_int64(2);
-    a.verdict = st.column_text(3);
-    a.speedup = st.column_opt_double(4);
-    a.suspicious = st.column_int64(5) != 0;
     in.attempts.push_back(std::move(a));
   }
   return in;
@@ -33,21 +44,16 @@ metrics::MetricsInput train_input(store::Database& db, const std::string& run_id
   metrics::MetricsInput in;
   store::Statement st = db.prepare(
       "SELECT g.step, g.group_index, t.name, t.level, r.rollout_index, u.turn_index, u.verdict, u.speedup, "
-      "u.completion_tokens, u.suspicious FROM turns u JOIN rollouts r ON r.id = u.rollout_id "
+      "u.suspicious, u.completion_tokens FROM turns u JOIN rollouts r ON r.id = u.rollout_id "
       "JOIN groups g ON g.id = r.group_id JOIN tasks t ON t.id = g.task_id "
       "WHERE g.run_id = ?1 AND g.step BETWEEN ?2 AND ?3 ORDER BY g.step, g.group_index, r.rollout_index, u.turn_index");
   st.bind_text(1, run_id).bind_int64(2, first_step).bind_int64(3, last_step);
   std::string last_key;
   while (st.step()) {
-    metrics::Attempt a;
+    metrics::Attempt a = attempt_columns(st, 4);
     a.task = std::to_string(st.column_int64(0)) + "/" + std::to_string(st.column_int64(1)) + "/" + st.column_text(2);
     if (a.task != last_key) in.tasks.push_back({a.task, st.column_opt_int64(3)}), last_key = a.task;
-    a.sample = st.column_int64(4);
-    a.turn = st.column_int64(5);
-    a.verdict = st.column_text(6);
-    a.speedup = st.column_opt_double(7);
-    a.tokens = st.column_int64(8);
-    a.suspicious = st.column_int64(9) != 0;
+    a.tokens = st.column_int64(9);
     in.attempts.push_back(std::move(a));
   }
   return in;

@@ -98,12 +98,10 @@ std::optional<RunLease> read_lease(Database& db, const std::string& run_id) {
       "WHERE id = ?1 AND lease_pid IS NOT NULL");
   st.bind_text(1, run_id);
   if (!st.step()) return std::nullopt;
-  RunLease l;
-  l.host = st.column_text(0);
-  l.pid = st.column_int64(1);
-  l.process_started_at = st.column_opt_double(2).value_or(0);
-  l.refreshed_at = st.column_opt_double(3).value_or(0);
-  return l;
+  return RunLease{.host = st.column_text(0),
+                  .pid = st.column_int64(1),
+                  .process_started_at = st.column_opt_double(2).value_or(0),
+                  .refreshed_at = st.column_opt_double(3).value_or(0)};
 }
 
 bool same_holder(const RunLease& a, const RunLease& b) {
@@ -499,13 +497,11 @@ std::optional<CheckpointRow> Store::latest_checkpoint(const std::string& run_id)
       "ORDER BY step DESC, id DESC LIMIT 1");
   st.bind_text(1, run_id);
   if (!st.step()) return std::nullopt;
-  CheckpointRow c;
-  c.id = st.column_int64(0);
-  c.run_id = st.column_text(1);
-  c.step = st.column_int64(2);
-  c.path = st.column_text(3);
-  c.created_at = st.column_double(4);
-  return c;
+  return CheckpointRow{.id = st.column_int64(0),
+                       .run_id = st.column_text(1),
+                       .step = st.column_int64(2),
+                       .path = st.column_text(3),
+                       .created_at = st.column_double(4)};
 }
 
 }  // namespace leap::store
