@@ -7,10 +7,16 @@
 # is BUILD_LIMIT_S); the check stages' limits are in STAGE_LIMITS below and sum to at most 400 s, so
 # each of the two fits one 10-minute device call (the build folder is kept between calls).
 #
+#   bash scripts/gpu-bundle.sh          # HERE: builds and strips the programs into .gpu-bundle/
+#   scripts/gpu-check.sh                # THERE, one call (carry [".gpu-bundle"]): preflight, the
+#                                       # bundle checked, the stages; global deadline DEADLINE_S
+#   scripts/gpu-check.sh --dry-run      # the plan: stages, limits, deadline, files written to $OUT
+# Without a bundle that starts there, it builds there (two calls, as before):
 #   scripts/gpu-check.sh --fetch-debs   # HERE (a Debian machine with apt): puts the -dev packages
 #                                       # the GPU image lacks into .gpu-debs/ (git-ignored)
 #   scripts/gpu-check.sh --build        # THERE, call 1: preflight + build (carry [".gpu-debs"])
 #   scripts/gpu-check.sh                # THERE, call 2: preflight + build (a no-op now) + the stages
+# $OUT receives two files: summary.txt (the summary table) and gpu-check-logs.tgz (every log).
 #
 # Environment: LEAP_GPU_PYTHON (default: /opt/torch/.venv/bin/python, else python3) supplies torch;
 # LEAP_GPU_BUILD (default build-gpu) is the build folder; OUT (if set) receives the logs.
@@ -38,11 +44,22 @@ if [ "${1:-}" = "--limits" ]; then
   for k in preflight tests eval twice model update optimizer train smollm2; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
 fi
 [ "$LIMIT_SUM" -le 400 ] || { echo "gpu-check: stage limits sum to $LIMIT_SUM s, over 400 s"; exit 2; }
+# The whole run ends by DEADLINE_S: a watchdog stops the stage in flight, then the summary is written.
+DEADLINE_S=480
+if [ "${1:-}" = "--dry-run" ]; then
+  echo "gpu-check plan (deadline ${DEADLINE_S} s; with a bundle no build, else the build is a call of its own, limit ${BUILD_LIMIT_S} s):"
+  echo "  machine, preflight (limit ${STAGE_LIMITS[preflight]} s), bundle check (leap version from .gpu-bundle)"
+  for k in tests eval twice model update optimizer train smollm2; do printf '  %-10s limit %3s s\n' "$k" "${STAGE_LIMITS[$k]}"; done
+  echo "  stage limits sum to $LIMIT_SUM s"
+  echo "  files written to \$OUT: summary.txt, gpu-check-logs.tgz (2 of the 8 that come back)"
+  exit 0
+fi
 BUILD_ONLY=0; [ "${1:-}" = "--build" ] && BUILD_ONLY=1
 
 START=$(date +%s)
-LOG=${OUT:-/tmp}/gpu-check
-mkdir -p "$LOG"
+# Logs stay on the machine and travel back as one archive (at most 8 files come back from $OUT).
+LOG=/tmp/gpu-check-logs
+rm -rf "$LOG"; mkdir -p "$LOG"
 declare -A STATUS
 stage() { echo; echo "==== $1 ($(($(date +%s) - START)) s)"; }
 elapsed() { echo $(($(date +%s) - START)); }
@@ -52,6 +69,27 @@ peak_start() { PEAK_FILE=$LOG/peak-$1.txt; : >"$PEAK_FILE"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$PEAK_FILE" 2>/dev/null & PEAK_PID=$!; }
 peak_stop() { kill "$PEAK_PID" 2>/dev/null; wait "$PEAK_PID" 2>/dev/null
   sort -n "$PEAK_FILE" | awk 'NF { m = $1 } END { if (m != "") print "peak device memory " m " MiB (nvidia-smi, sampled every 100 ms)"; else print "peak device memory: not sampled" }'; }
+
+# Writes the summary (also to $OUT/summary.txt) and the logs' archive; called at the end or at the deadline.
+SUMMARY_KEYS="build tests eval reference twice model update optimizer train smollm2"
+write_summary() {
+  {
+    echo; echo "==== summary ($(elapsed) s)"
+    printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model update optimizer train smollm2; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
+    for k in $SUMMARY_KEYS; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
+    echo "total $(elapsed) s"
+  } | tee "$LOG/summary.txt"
+  if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT"
+    cp "$LOG/summary.txt" "$OUT/summary.txt"
+    tar czf "$OUT/gpu-check-logs.tgz" -C "$(dirname "$LOG")" "$(basename "$LOG")" 2>/dev/null
+  fi
+}
+on_deadline() { echo; echo "gpu-check: the ${DEADLINE_S} s deadline was reached: stopping"; write_summary; exit 4; }
+trap on_deadline TERM
+( sleep "$DEADLINE_S"; pkill -TERM -P $$ 2>/dev/null; kill -TERM $$ 2>/dev/null ) &
+WATCHDOG=$!
+trap 'pkill -P "$WATCHDOG" 2>/dev/null; kill "$WATCHDOG" 2>/dev/null' EXIT
 
 stage "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi: not available"
@@ -63,8 +101,11 @@ PY=${LEAP_GPU_PYTHON:-/opt/torch/.venv/bin/python}
 [ -x "$PY" ] || PY=$(command -v python3 || true)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 missing=()
-command -v cmake >/dev/null || missing+=("cmake (the build)")
-command -v ninja >/dev/null || missing+=("ninja (the build)")
+BUNDLE=$ROOT/.gpu-bundle
+if [ ! -x "$BUNDLE/bin/leap" ]; then
+  command -v cmake >/dev/null || missing+=("cmake (the build; or carry a bundle: bash scripts/gpu-bundle.sh here)")
+  command -v ninja >/dev/null || missing+=("ninja (the build; or carry a bundle)")
+fi
 [ -f "$CUDA_HOME/include/cuda.h" ] || missing+=("the CUDA toolkit headers ($CUDA_HOME/include/cuda.h)")
 # (one existing path is enough: `ls A B` fails when either is missing)
 any_exists() { for f in "$@"; do [ -e "$f" ] && return 0; done; return 1; }
@@ -83,7 +124,31 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 echo "preflight ok ($(elapsed) s)"
 
+# 1a. The bundle built here (scripts/gpu-bundle.sh) against the image's LibTorch: no build when it starts.
+USE_BUNDLE=0
+JOBS=$(nproc)
+if [ -x "$BUNDLE/bin/leap" ]; then
+  stage "bundle"
+  cat "$BUNDLE/MANIFEST"
+  TORCH_LIB=$("$PY" -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+  export LD_LIBRARY_PATH=$BUNDLE/lib:$TORCH_LIB:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LEAP_PYTHON=$PY LEAP_TOOLS_DIR=$ROOT/tools
+  # The programs read fixtures and tools under the source folder they were built in.
+  SRC_DIR=$(awk '$1 == "source_dir" { print $2 }' "$BUNDLE/MANIFEST")
+  if [ -n "$SRC_DIR" ] && [ "$SRC_DIR" != "$ROOT" ] && [ ! -e "$SRC_DIR" ]; then
+    mkdir -p "$(dirname "$SRC_DIR")" && ln -s "$ROOT" "$SRC_DIR" && echo "linked $SRC_DIR -> $ROOT"
+  fi
+  if "$BUNDLE/bin/leap" version; then
+    USE_BUNDLE=1
+    BUILD=$BUNDLE/bin
+    STATUS[build]="bundle ($(awk '$1 == "commit" { print substr($2, 1, 12) }' "$BUNDLE/MANIFEST")), no build"
+  else
+    echo "the bundle does not start here: building instead"
+  fi
+fi
+
 # 1. Build dependencies: unpack the carried Debian packages into a private prefix (never into /).
+[ "$USE_BUNDLE" = 1 ] || {
 stage "dependencies"
 DEPS=/tmp/leap-deps
 if ls "$DEBS"/*.deb >/dev/null 2>&1; then
@@ -107,7 +172,6 @@ fi
 stage "build"
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpu', torch.cuda.is_available())"
 BUILD=${LEAP_GPU_BUILD:-build-gpu}
-JOBS=$(nproc)
 if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLEAP_PYTHON="$PY" -DLEAP_CUDA_HOME="$CUDA_HOME" \
      -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$LOG/configure.log" 2>&1 &&
    timeout "$BUILD_LIMIT_S" ninja -C "$BUILD" -j"$JOBS" leap leap-worker leap_tests bench_generate bench_update bench_optimizer >"$LOG/build.log" 2>&1; then
@@ -118,6 +182,7 @@ else
   grep -E "error|Error" -m 30 "$LOG/build.log"
   tail -20 "$LOG/build.log"
 fi
+}
 
 if [ "$BUILD_ONLY" = 1 ]; then echo "build: ${STATUS[build]}"; [ "${STATUS[build]}" != "FAILED" ]; exit $?; fi
 
@@ -293,9 +358,8 @@ PY
   fi
 fi
 
-stage "summary"
-printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model update optimizer train smollm2; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
-for k in build tests eval reference twice model update optimizer train smollm2; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
-echo "total $(elapsed) s"
+pkill -P "$WATCHDOG" 2>/dev/null; kill "$WATCHDOG" 2>/dev/null
+trap - TERM
+write_summary
 [ "${STATUS[build]}" != "FAILED" ] && [[ "${STATUS[tests]}" == ok* ]] && [ "${STATUS[eval]%% *}" = "rc" ] && [[ "${STATUS[eval]}" == "rc 0"* ]] &&
   [[ "${STATUS[train]}" == "rc 0, "[1-9]* ]]
