@@ -251,3 +251,35 @@ TEST_CASE("model: a grouped-query decode step off the CPU kernel (float64 here, 
     CHECK(diff < 1e-10);
   }
 }
+
+TEST_CASE("model: a padded grouped-query forward off the CPU's float32 path (float64 here, as bf16 or a GPU) equals the float32 one, gradients too") {
+  // float64 takes the path of a GPU or bf16 prefill and training forward with a mask: K and V
+  // repeated to the query heads, SDPA without enable_gqa. The float32 CPU path is the reference.
+  Transformer m32 = small_model(23);
+  Transformer m64 = small_model(23);
+  m64->to(torch::kFloat64);
+  auto ids = torch::randint(0, 97, {3, 12}, torch::kInt64);
+  auto mask = torch::ones({3, 12}, torch::kInt64);
+  mask[0].narrow(0, 0, 5).fill_(0);
+  mask[2].narrow(0, 0, 2).fill_(0);
+  const auto positions = positions_from_mask(mask);
+  const auto key_mask = mask.to(torch::kBool);
+  auto l32 = m32->logits(m32->forward(ids, positions, key_mask));
+  auto l64 = m64->logits(m64->forward(ids, positions, key_mask));
+  const auto real = mask.to(torch::kBool).unsqueeze(-1);  // padded positions' outputs are not used
+  const double diff = (l64.to(torch::kFloat32) - l32).masked_fill(real.logical_not(), 0).abs().max().item<double>();
+  CAPTURE(diff);
+  CHECK(diff < 1e-4);
+  // Gradients of the same loss: equal within float32 rounding.
+  (l32.masked_fill(real.logical_not(), 0).square().sum()).backward();
+  (l64.masked_fill(real.logical_not(), 0).square().sum()).backward();
+  auto p32 = m32->named_parameters();
+  for (const auto& item : m64->named_parameters()) {
+    const auto& g64 = item.value().grad();
+    const auto& g32 = p32[item.key()].grad();
+    REQUIRE(g64.defined());
+    const double scale = g64.abs().max().item<double>() + 1e-6;
+    CAPTURE(item.key());
+    CHECK((g64.to(torch::kFloat32) - g32).abs().max().item<double>() / scale < 1e-3);
+  }
+}

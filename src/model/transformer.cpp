@@ -306,6 +306,16 @@ class AttentionImpl : public torch::nn::Module {
       }
       return torch::cat(outs, 2).transpose(1, 2);
     }
+    // Grouped-query heads with a mask off the CPU's float32 path (a padded prefill or a training
+    // forward on a GPU, or in bf16): K and V repeated to the H query heads in their own (compute)
+    // dtype, then SDPA without enable_gqa, which the memory-efficient kernel takes with a mask;
+    // enable_gqa with a mask falls back to the math kernel (fp32 scores [B, H, T, S]).
+    if (mk.defined() && heads != kv_heads && !(q.device().is_cpu() && q.scalar_type() == torch::kFloat)) {
+      const int64_t G = heads / kv_heads;
+      return at::scaled_dot_product_attention(q, k.repeat_interleave(G, 1), v.repeat_interleave(G, 1), opt_mask, 0.0,
+                                              false)
+          .transpose(1, 2);
+    }
     return at::scaled_dot_product_attention(q, k, v, opt_mask, 0.0, causal, std::nullopt, heads != kv_heads)
         .transpose(1, 2);
   }
