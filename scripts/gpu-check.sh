@@ -38,10 +38,10 @@ fi
 
 # Every time limit of the check, in seconds, in one place (the stages sum to at most 400 s).
 BUILD_LIMIT_S=420
-declare -A STAGE_LIMITS=([preflight]=15 [tests]=75 [eval]=45 [twice]=40 [model]=70 [update]=35 [optimizer]=10 [train]=70 [smollm2]=40)
+declare -A STAGE_LIMITS=([preflight]=15 [sdpa]=15 [tests]=75 [eval]=45 [twice]=40 [model]=70 [update]=35 [optimizer]=10 [train]=70 [smollm2]=25)
 LIMIT_SUM=0; for k in "${!STAGE_LIMITS[@]}"; do LIMIT_SUM=$((LIMIT_SUM + STAGE_LIMITS[$k])); done
 if [ "${1:-}" = "--limits" ]; then
-  for k in preflight tests eval twice model update optimizer train smollm2; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
+  for k in preflight sdpa tests eval twice model update optimizer train smollm2; do echo "$k ${STAGE_LIMITS[$k]}"; done; echo "sum $LIMIT_SUM"; exit 0
 fi
 [ "$LIMIT_SUM" -le 400 ] || { echo "gpu-check: stage limits sum to $LIMIT_SUM s, over 400 s"; exit 2; }
 # The whole run ends by DEADLINE_S: a watchdog stops the stage in flight, then the summary is written.
@@ -49,7 +49,7 @@ DEADLINE_S=480
 if [ "${1:-}" = "--dry-run" ]; then
   echo "gpu-check plan (deadline ${DEADLINE_S} s; with a bundle no build, else the build is a call of its own, limit ${BUILD_LIMIT_S} s):"
   echo "  machine, preflight (limit ${STAGE_LIMITS[preflight]} s), bundle check (leap version from .gpu-bundle)"
-  for k in tests eval twice model update optimizer train smollm2; do printf '  %-10s limit %3s s\n' "$k" "${STAGE_LIMITS[$k]}"; done
+  for k in sdpa tests eval twice model update optimizer train smollm2; do printf '  %-10s limit %3s s\n' "$k" "${STAGE_LIMITS[$k]}"; done
   echo "  stage limits sum to $LIMIT_SUM s"
   echo "  files written to \$OUT: summary.txt, gpu-check-logs.tgz (2 of the 8 that come back)"
   exit 0
@@ -71,11 +71,11 @@ peak_stop() { kill "$PEAK_PID" 2>/dev/null; wait "$PEAK_PID" 2>/dev/null
   sort -n "$PEAK_FILE" | awk 'NF { m = $1 } END { if (m != "") print "peak device memory " m " MiB (nvidia-smi, sampled every 100 ms)"; else print "peak device memory: not sampled" }'; }
 
 # Writes the summary (also to $OUT/summary.txt) and the logs' archive; called at the end or at the deadline.
-SUMMARY_KEYS="build tests eval reference twice model update optimizer train smollm2"
+SUMMARY_KEYS="image build sdpa tests eval reference twice model update optimizer train smollm2"
 write_summary() {
   {
     echo; echo "==== summary ($(elapsed) s)"
-    printf '%-9s %s\n' "limits" "$(for k in preflight tests eval twice model update optimizer train smollm2; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
+    printf '%-9s %s\n' "limits" "$(for k in preflight sdpa tests eval twice model update optimizer train smollm2; do printf '%s %ss, ' "$k" "${STAGE_LIMITS[$k]}"; done)sum ${LIMIT_SUM}s"
     for k in $SUMMARY_KEYS; do printf '%-9s %s\n' "$k" "${STATUS[$k]:-not run}"; done
     echo "total $(elapsed) s"
   } | tee "$LOG/summary.txt"
@@ -123,6 +123,55 @@ if [ "${#missing[@]}" -gt 0 ]; then
   exit 3
 fi
 echo "preflight ok ($(elapsed) s)"
+STATUS[image]=$("$PY" -c "
+import torch
+p = torch.cuda.get_device_properties(0)
+nccl = '.'.join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, 'nccl') else '?'
+print('torch %s, CUDA %s, cuDNN %s, NCCL %s, %s, %d SMs, %.0f GiB' % (torch.__version__, torch.version.cuda,
+      torch.backends.cudnn.version(), nccl, p.name, p.multi_processor_count, p.total_memory / 2**30))" 2>&1 | tail -1)
+echo "image: ${STATUS[image]}"
+
+# 0b. Which SDPA kernel the image's PyTorch picks for the attention shapes leap runs (Qwen2.5-1.5B:
+# 12 query heads, 2 key/value heads, head 128; bf16): the decode step (grouped heads as query
+# positions, with and without a key mask), a padded prefill (K/V repeated to 12 heads, bool
+# mask), an unpadded causal prefill with enable_gqa, and a training forward with gradients.
+stage "sdpa kernels"
+STATUS[sdpa]=$(timeout "${STAGE_LIMITS[sdpa]}" "$PY" - <<'PY' 2>&1 | tee "$LOG/sdpa.log" | tail -1
+import time, torch
+import torch.nn.functional as F
+import torch.nn.attention as attn
+names = {int(getattr(attn.SDPBackend, n)): n for n in dir(attn.SDPBackend) if n.isupper()}
+dev, bf = "cuda", torch.bfloat16
+def case(label, q, k, v, mask=None, causal=False, gqa=False, grad=False):
+    try:
+        choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, causal, scale=None, enable_gqa=gqa)
+        kind = names.get(int(choice), str(choice))
+        for t in (q, k, v):
+            t.requires_grad_(grad)
+        torch.cuda.synchronize(); t0 = time.perf_counter()
+        for _ in range(5):
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+            if grad:
+                o.sum().backward()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) / 5 * 1e3
+        print("%-44s %-20s %8.3f ms" % (label, kind, ms)); return "%s=%s" % (label.split()[0], kind)
+    except Exception as e:
+        print("%-44s FAILED %s" % (label, str(e).splitlines()[0][:120])); return "%s=FAILED" % label.split()[0]
+r = lambda *s: torch.randn(*s, device=dev, dtype=bf)
+B, S = 64, 2048
+mask1 = torch.ones(B, 1, 1, S, dtype=torch.bool, device=dev); mask1[:, :, :, :100] = False
+out = [case("decode-grouped-masked [64,2,6,128] x 2048", r(B, 2, 6, 128), r(B, 2, S, 128), r(B, 2, S, 128), mask1),
+       case("decode-grouped [64,2,6,128] x 2048", r(B, 2, 6, 128), r(B, 2, S, 128), r(B, 2, S, 128))]
+T = 512
+maskp = torch.ones(8, 1, T, T, dtype=torch.bool, device=dev).tril(); maskp[0, :, :, :50] = False
+out.append(case("prefill-padded [8,12,512,128] (K/V repeated)", r(8, 12, T, 128), r(8, 12, T, 128), r(8, 12, T, 128), maskp))
+out.append(case("prefill-causal [8,12,512,128] gqa", r(8, 12, T, 128), r(8, 2, T, 128), r(8, 2, T, 128), causal=True, gqa=True))
+out.append(case("train-padded [8,12,512,128] backward", r(8, 12, T, 128), r(8, 12, T, 128), r(8, 12, T, 128), maskp, grad=True))
+print(", ".join(out))
+PY
+)
+echo "sdpa: ${STATUS[sdpa]}"
 
 # 1a. The bundle built here (scripts/gpu-bundle.sh) against the image's LibTorch: no build when it starts.
 USE_BUNDLE=0
