@@ -160,8 +160,63 @@ TEST_CASE("dist: rendezvous reads the launcher's variables and names a bad one")
   CHECK_THROWS_WITH_AS(dist::rendezvous_from_env(), doctest::Contains("MASTER_PORT"), ConfigError);
   for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(k);
   CHECK(dist::resolve_backend("gloo", false) == "gloo");
-  CHECK(dist::resolve_backend("auto", true) == "gloo");
-  CHECK_THROWS_WITH_AS(dist::resolve_backend("nccl", true), doctest::Contains("dist.backend"), ConfigError);
+  CHECK(dist::resolve_backend("gloo", true) == "gloo");
+  CHECK(dist::resolve_backend("auto", false) == "gloo");  // no GPU: gloo
+  // nccl without a GPU is a clean config error naming the key
+  CHECK_THROWS_WITH_AS(dist::resolve_backend("nccl", false), doctest::Contains("dist.backend"), ConfigError);
+  CHECK_THROWS_WITH_AS(dist::resolve_backend("mpi", true), doctest::Contains("dist.backend"), ConfigError);
+  if (dist::nccl_available()) {
+    CHECK(dist::resolve_backend("auto", true) == "nccl");
+    CHECK(dist::resolve_backend("nccl", true) == "nccl");
+  } else {
+    CHECK(dist::resolve_backend("auto", true) == "gloo");
+    CHECK_THROWS_WITH_AS(dist::resolve_backend("nccl", true), doctest::Contains("dist.backend"), ConfigError);
+  }
+}
+
+namespace {
+
+/// A one-process group of `backend` on a free local port: all-reduce (sum, max), broadcast,
+/// all-gather of bytes and barrier, on tensors of `device`; every result is the input itself.
+void one_process_collectives(const std::string& backend, const torch::Device& device) {
+  dist::Rendezvous r;
+  r.master_addr = "127.0.0.1";
+  r.master_port = free_port();
+  auto pg = dist::ProcessGroup::create(r, backend, 30.0);
+  CHECK(pg->world_size() == 1);
+  CHECK(pg->backend() == backend);
+  auto t = torch::arange(6, torch::TensorOptions().dtype(torch::kFloat32).device(device)).view({2, 3});
+  const auto before = t.clone();
+  pg->all_reduce_sum(t);
+  CHECK(torch::equal(t.cpu(), before.cpu()));
+  pg->all_reduce_max(t);
+  CHECK(torch::equal(t.cpu(), before.cpu()));
+  pg->broadcast(t, 0);
+  CHECK(torch::equal(t.cpu(), before.cpu()));
+  CHECK(t.device() == device);
+  CHECK(pg->all_reduce_sum(std::vector<double>{1.5, -2.0}) == std::vector<double>{1.5, -2.0});
+  CHECK(pg->broadcast_bytes("leap", 0) == "leap");
+  CHECK(pg->all_gather_bytes("abc") == std::vector<std::string>{"abc"});
+  pg->barrier();
+}
+
+}  // namespace
+
+TEST_CASE("dist: a one-process gloo group runs every collective (world size 1, a smoke test)") {
+  if (!dist::gloo_available()) {
+    MESSAGE("LEAP-SKIP: built without Gloo headers (libgloo-dev)");
+    return;
+  }
+  one_process_collectives("gloo", torch::kCPU);
+}
+
+TEST_CASE("dist cuda: a one-process NCCL group runs every collective on the GPU (world size 1)") {
+  if (!dist::nccl_available() || !torch::cuda::is_available()) {
+    MESSAGE("LEAP-SKIP: needs a build with NCCL and a GPU (nccl: " << dist::nccl_available() << ", GPU: "
+            << torch::cuda::is_available() << ")");
+    return;
+  }
+  one_process_collectives("nccl", torch::Device(torch::kCUDA, 0));
 }
 
 TEST_CASE("dist: two ranks' updates equal one process's on the same global batch (fp32, 1e-5)") {

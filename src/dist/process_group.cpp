@@ -1,6 +1,8 @@
-// c10d rendezvous and the Gloo process group. The only file that includes c10d / Gloo headers;
-// CMake defines LEAP_HAVE_GLOO=1 and USE_C10D_GLOO here when libgloo-dev's headers were found
-// (headers only: the Gloo symbols come from LibTorch's libtorch_cpu.so).
+// c10d rendezvous and the Gloo and NCCL process groups. The only file that includes c10d / Gloo /
+// NCCL headers; CMake defines LEAP_HAVE_GLOO=1 and USE_C10D_GLOO here when libgloo-dev's headers
+// were found (headers only: the Gloo symbols come from LibTorch's libtorch_cpu.so), and
+// LEAP_HAVE_NCCL=1 when the wheel's nvidia/nccl/include/nccl.h was (ProcessGroupNCCL's symbols
+// come from libtorch_cuda.so, NCCL's from the libnccl.so.2 it loads).
 #include "dist/process_group.hpp"
 
 #include <ATen/ATen.h>
@@ -18,6 +20,19 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+#if LEAP_HAVE_GLOO && LEAP_HAVE_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#ifndef LEAP_HAVE_GLOO
+#define LEAP_HAVE_GLOO 0
+#endif
+#ifndef LEAP_HAVE_NCCL
+#define LEAP_HAVE_NCCL 0
 #endif
 
 namespace leap::dist {
@@ -78,13 +93,21 @@ Rendezvous rendezvous_from_env() {
   return r;
 }
 
+bool nccl_available() { return LEAP_HAVE_GLOO && LEAP_HAVE_NCCL; }
+
 std::string resolve_backend(const std::string& configured, bool cuda) {
   if (configured == "gloo") return "gloo";
-  if (configured == "nccl")
-    throw ConfigError("key 'dist.backend': nccl is not available in this build (the LibTorch wheel ships no NCCL "
-                      "headers to build ProcessGroupNCCL against); use dist.backend=gloo or auto "
-                      "(docs/distributed.md)");
+  if (configured == "nccl") {
+    if (!nccl_available())
+      throw ConfigError("key 'dist.backend': nccl is not available in this build (no nccl.h from the wheel's "
+                        "nvidia-nccl package at configure time); use dist.backend=gloo or auto (docs/distributed.md)");
+    if (!cuda)
+      throw ConfigError("key 'dist.backend': nccl needs the policy on a GPU (model.device cuda, or auto with a GPU); "
+                        "use dist.backend=gloo or auto on CPUs");
+    return "nccl";
+  }
   if (configured == "auto") {
+    if (cuda && nccl_available()) return "nccl";
     if (cuda)
       spdlog::info("dist.backend=auto: gloo (no NCCL in this build); gradients are reduced through host memory");
     return "gloo";
@@ -101,7 +124,8 @@ struct ProcessGroup::Impl {
   std::string backend;
   double timeout_s = 0;
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::Backend> pg;
+  at::Device device{at::kCPU};  ///< where collectives run: the CPU (gloo) or this rank's GPU (nccl)
 
   /// Runs one collective and waits for it; a failure or timeout becomes a leap::Error.
   template <class F>
@@ -116,23 +140,69 @@ struct ProcessGroup::Impl {
     }
   }
 
-  /// Runs `op` on a CPU view of `t` (a CUDA tensor is staged through host memory), then copies back.
+  /// Runs `op` on `t` where the backend reduces (gloo: the CPU, a CUDA tensor staged through
+  /// host memory; nccl: this rank's GPU, a CPU tensor staged through it), then copies back.
   template <class Op>
-  void on_cpu(at::Tensor& t, Op&& op) {
-    if (t.device().is_cpu() && t.is_contiguous()) {
+  void on_device(at::Tensor& t, Op&& op) {
+    if (t.device() == device && t.is_contiguous()) {
       op(t);
       return;
     }
-    at::Tensor host = t.to(at::kCPU).contiguous();
-    op(host);
-    t.copy_(host);
+    at::Tensor staged = t.to(device).contiguous();
+    op(staged);
+    t.copy_(staged);
   }
 };
 
+namespace {
+
+/// A c10d NCCL backend for this rank's GPU, after checking that the NCCL library loaded at run
+/// time has the major.minor version of the header built against. Throws leap::Error.
+c10::intrusive_ptr<c10d::Backend> make_nccl(const c10::intrusive_ptr<c10d::Store>& store, const Rendezvous& rdv,
+                                            std::chrono::milliseconds timeout) {
+#if LEAP_HAVE_NCCL
+  using GetVersion = ncclResult_t (*)(int*);
+  auto get = reinterpret_cast<GetVersion>(dlsym(RTLD_DEFAULT, "ncclGetVersion"));
+  int runtime = 0;
+  if (get == nullptr || get(&runtime) != ncclSuccess)
+    throw Error("dist: nccl: libnccl.so.2 is not loaded (LibTorch's CUDA library loads it)");
+  if (runtime / 100 != NCCL_VERSION_CODE / 100)
+    throw Error("dist: nccl: the NCCL library loaded is " + std::to_string(runtime) + ", leap was built against " +
+                std::to_string(NCCL_VERSION_CODE) + " (major and minor must match)");
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(rdv.local_rank));
+  auto opts = c10d::ProcessGroupNCCL::Options::create();
+  opts->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rdv.rank, rdv.world_size, opts);
+#else
+  (void)store, (void)rdv, (void)timeout;
+  throw ConfigError("key 'dist.backend': nccl is not available in this build");
+#endif
+}
+
+/// A c10d Gloo backend over TCP (GLOO_SOCKET_IFNAME, else loopback for a local master, else the
+/// host's default interface).
+c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const Rendezvous& rdv,
+                                            std::chrono::milliseconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  const std::string iface = env_or("GLOO_SOCKET_IFNAME");
+  const bool loopback = rdv.master_addr == "localhost" || rdv.master_addr.rfind("127.", 0) == 0;
+  if (!iface.empty())
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+  else if (loopback)
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rdv.rank, rdv.world_size, opts);
+}
+
+}  // namespace
+
 std::unique_ptr<ProcessGroup> ProcessGroup::create(const Rendezvous& rdv, const std::string& backend,
                                                    double timeout_s) {
-  if (rdv.world_size < 2) throw ConfigError("dist: a process group needs WORLD_SIZE >= 2");
-  if (backend != "gloo") throw ConfigError("dist: backend '" + backend + "' is not available (gloo only)");
+  if (rdv.world_size < 1) throw ConfigError("dist: a process group needs WORLD_SIZE >= 1");
+  if (backend != "gloo" && !(backend == "nccl" && nccl_available()))
+    throw ConfigError("dist: backend '" + backend + "' is not available (" +
+                      (nccl_available() ? "gloo or nccl" : "gloo only in this build") + ")");
   auto impl = std::make_unique<Impl>();
   impl->rdv = rdv;
   impl->backend = backend;
@@ -149,16 +219,12 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const Rendezvous& rdv, const 
     // The same key space as PyTorch's own rendezvous, so restarts under torchrun never see old keys.
     impl->store = c10::make_intrusive<c10d::PrefixStore>(
         "/leap/attempt_" + std::to_string(rdv.restart_count), tcp);
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    const std::string iface = env_or("GLOO_SOCKET_IFNAME");
-    const bool loopback = rdv.master_addr == "localhost" || rdv.master_addr.rfind("127.", 0) == 0;
-    if (!iface.empty())
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
-    else if (loopback)
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, rdv.rank, rdv.world_size, opts);
+    if (backend == "nccl") {
+      impl->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rdv.local_rank));
+      impl->pg = make_nccl(impl->store, rdv, timeout);
+    } else {
+      impl->pg = make_gloo(impl->store, rdv, timeout);
+    }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -173,14 +239,14 @@ std::unique_ptr<ProcessGroup> ProcessGroup::create(const Rendezvous& rdv, const 
 }
 
 void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
-  impl_->on_cpu(tensor, [&](at::Tensor& t) {
+  impl_->on_device(tensor, [&](at::Tensor& t) {
     std::vector<at::Tensor> v{t};
     impl_->run("all_reduce(sum)", [&] { return impl_->pg->allreduce(v); });
   });
 }
 
 void ProcessGroup::all_reduce_max(at::Tensor& tensor) {
-  impl_->on_cpu(tensor, [&](at::Tensor& t) {
+  impl_->on_device(tensor, [&](at::Tensor& t) {
     std::vector<at::Tensor> v{t};
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::MAX;
@@ -189,7 +255,7 @@ void ProcessGroup::all_reduce_max(at::Tensor& tensor) {
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
-  impl_->on_cpu(tensor, [&](at::Tensor& t) {
+  impl_->on_device(tensor, [&](at::Tensor& t) {
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions o;
     o.rootRank = root;
@@ -199,10 +265,11 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 
 std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
   const int n = world_size();
+  const auto on = [&](at::ScalarType t) { return at::TensorOptions().dtype(t).device(impl_->device); };
   // Lengths first, then every rank's bytes padded to the longest.
-  at::Tensor len = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  at::Tensor len = at::full({1}, static_cast<int64_t>(bytes.size()), on(at::kLong));
   std::vector<at::Tensor> lens_out;
-  for (int i = 0; i < n; ++i) lens_out.push_back(at::zeros({1}, at::kLong));
+  for (int i = 0; i < n; ++i) lens_out.push_back(at::zeros({1}, on(at::kLong)));
   {
     std::vector<std::vector<at::Tensor>> out{lens_out};
     std::vector<at::Tensor> in{len};
@@ -214,14 +281,14 @@ std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes
   at::Tensor mine = at::zeros({longest}, at::kByte);
   if (!bytes.empty()) std::memcpy(mine.data_ptr<uint8_t>(), bytes.data(), bytes.size());
   std::vector<std::vector<at::Tensor>> out(1);
-  for (int i = 0; i < n; ++i) out[0].push_back(at::zeros({longest}, at::kByte));
-  std::vector<at::Tensor> in{mine};
+  for (int i = 0; i < n; ++i) out[0].push_back(at::zeros({longest}, on(at::kByte)));
+  std::vector<at::Tensor> in{mine.to(impl_->device)};
   impl_->run("all_gather(bytes)", [&] { return impl_->pg->allgather(out, in); });
   std::vector<std::string> result;
   for (int i = 0; i < n; ++i) {
     const int64_t l = lens_out[static_cast<size_t>(i)].item<int64_t>();
-    result.emplace_back(reinterpret_cast<const char*>(out[0][static_cast<size_t>(i)].data_ptr<uint8_t>()),
-                        static_cast<size_t>(l));
+    const at::Tensor got = out[0][static_cast<size_t>(i)].to(at::kCPU);
+    result.emplace_back(reinterpret_cast<const char*>(got.data_ptr<uint8_t>()), static_cast<size_t>(l));
   }
   return result;
 }

@@ -29,11 +29,14 @@ struct Rendezvous {
 /// integer, RANK outside [0, WORLD_SIZE), port outside 1..65535).
 Rendezvous rendezvous_from_env();
 
-/// The backend a configured `dist.backend` (auto | nccl | gloo) resolves to in this build:
-/// "gloo", or throws leap::ConfigError naming `dist.backend` for `nccl` (this build has no
-/// NCCL process group: see docs/distributed.md). `auto` resolves to "gloo" in every case; with
-/// `cuda` set it also logs that gradients travel through host memory.
+/// The backend a configured `dist.backend` (auto | nccl | gloo) resolves to in this build, with
+/// the policy on a GPU (`cuda`) or not: `auto` is "nccl" on a GPU when this build has NCCL, else
+/// "gloo" (on a GPU it then logs that gradients travel through host memory); `nccl` without a
+/// GPU, or in a build without NCCL, throws leap::ConfigError naming `dist.backend`.
 std::string resolve_backend(const std::string& configured, bool cuda);
+/// True when this binary was built with c10d's NCCL process group (the wheel's nccl.h found at
+/// configure time, and Gloo's headers: the same file builds both).
+bool nccl_available();
 
 /// True when this binary was built with c10d's Gloo process group (libgloo-dev headers found at
 /// configure time). Without it, ProcessGroup::create throws leap::NotBuiltError.
@@ -42,16 +45,19 @@ bool gloo_available();
 /// A c10d process group over all ranks of the job. Every collective blocks until every rank has
 /// called it (calls must match in order and shape on every rank) and throws leap::Error naming
 /// this rank and the operation when a peer died, closed its connection or did not arrive within
-/// the timeout. Tensors may live on the CPU or a CUDA device (CUDA tensors are staged through
-/// host memory: Gloo reduces on the CPU).
+/// the timeout. Tensors may live on the CPU or a CUDA device: Gloo reduces on the CPU (CUDA
+/// tensors are staged through host memory), NCCL on this rank's GPU (CPU tensors are staged
+/// through it; GPU tensors go as they are).
 class ProcessGroup {
  public:
   /// Connects to the job: rank 0 hosts a c10d TCPStore at MASTER_ADDR:MASTER_PORT (unless
   /// torchrun's agent hosts it; then every rank is a client), then every rank joins a Gloo
   /// process group. `timeout_s` (dist.timeout_s) bounds the store connection and every
-  /// collective. `backend` must be "gloo" (see resolve_backend). Throws leap::ConfigError for a
-  /// one-process `rdv` or another backend, leap::NotBuiltError without Gloo in this build and
-  /// leap::Error when the rendezvous fails or times out.
+  /// collective. `backend` is "gloo" or "nccl" (see resolve_backend; nccl: this rank's GPU is
+  /// LOCAL_RANK, collectives run on device tensors, and the NCCL library loaded must have the
+  /// major.minor version of the header built against). World size 1 is allowed (a smoke test).
+  /// Throws leap::ConfigError for another backend, leap::NotBuiltError without Gloo in this
+  /// build and leap::Error when the rendezvous fails or times out (or the NCCL versions differ).
   static std::unique_ptr<ProcessGroup> create(const Rendezvous& rdv, const std::string& backend, double timeout_s);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
