@@ -180,6 +180,16 @@ TEST_CASE("model rollout weights: the copy (LoRA merged, fused) gives the policy
   CAPTURE(diff);
   CHECK(diff < 1e-4);
 
+  // Tied embeddings (no lm_head): the copy's head is its own embedding table, copied too.
+  {
+    Transformer tied = leap_test::small_qwen2(29, 0.2, /*tied=*/true);
+    RolloutWeights tied_copy(tied, torch::kFloat32);
+    torch::manual_seed(2);
+    const auto want = batch_logits(tied);
+    torch::manual_seed(2);
+    CHECK((batch_logits(tied_copy.model()) - want).abs().max().item<double>() < 1e-5);
+  }
+
   // In bf16: within bf16 rounding of the fp32 policy's logits (3 layers, logits of order 10).
   RolloutWeights bf16(policy, torch::kBFloat16);
   CHECK((bf16.model()->dtype() == torch::kBFloat16));

@@ -651,3 +651,43 @@ TEST_CASE("rl trainer: loss.aggregation is honoured with compaction on, and the 
   CHECK(loss_of["auto"] == doctest::Approx(loss_of["segment_mean"]).epsilon(1e-9));
   CHECK(loss_of["token_mean"] != doctest::Approx(loss_of["segment_mean"]).epsilon(1e-4));
 }
+
+TEST_CASE("rl local policy: a rollout copy samples what the policy samples and follows its updates at every generate") {
+  // The trainer's GPU path (issue 48): rollouts from a copy of the weights (here in fp32, so the
+  // samples are comparable token for token), refreshed at each generate() call.
+  const fs::path& root = tiny_model();
+  const fs::path dir = root / "tiny";
+  auto tok = model::Tokenizer::from_file(dir);
+  auto m = model::load_transformer(dir);
+  const auto fmt = model::resolve_chat_format(model::ChatFormat::Auto, m->config().model_type_name, tok);
+  rl::LocalPolicy plain(m, tok, fmt);
+  rl::LocalPolicy copied(m, tok, fmt);
+  copied.use_rollout_copy(torch::kFloat32);
+  CHECK(copied.has_rollout_copy());
+  const auto set = tasks::load_task_set(LEAP_SOURCE_DIR "/tasks/starter");
+  std::vector<rl::Prompt> prompts;
+  for (const auto* t : set.split("train")) {
+    prompts.push_back(rl::first_turn_messages(*t, "cpu"));
+    if (prompts.size() == 4) break;
+  }
+  rl::SampleOptions so;
+  so.max_new_tokens = 12;
+  so.seed = 5;
+  so.temperature = 1.0;
+  const auto ids = [](const std::vector<rl::Sample>& s) {
+    std::vector<std::vector<int64_t>> out;
+    for (const auto& x : s) out.push_back(x.completion_ids);
+    return out;
+  };
+  CHECK(ids(plain.generate(prompts, so)) == ids(copied.generate(prompts, so)));
+  // An "optimizer step" on the policy's weights: the copy samples from the new weights.
+  const auto before = ids(plain.generate(prompts, so));
+  {
+    torch::NoGradGuard ng;
+    torch::manual_seed(9);
+    for (auto& p : m->parameters()) p.add_(torch::randn_like(p) * 0.5);
+  }
+  const auto after = ids(plain.generate(prompts, so));
+  CHECK(after != before);  // the update changed what the policy samples
+  CHECK(ids(copied.generate(prompts, so)) == after);
+}
