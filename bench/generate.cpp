@@ -2,12 +2,14 @@
 // Usage: bench_generate MODEL_DIR [--batch 1,16] [--new-tokens 128] [--prompt-len 16]
 //                       [--device cpu|cuda] [--dtype fp32|bf16] [--repeats 1] [--serve 0|1]
 //                       [--decode auto|dynamic|static|graph] [--fuse 0|1]
-//                       [--compare MODE_A,MODE_B --pairs 3] [--bandwidth-gbs 0]
+//                       [--compare MODE_A,MODE_B --pairs 3] [--bandwidth-gbs 0] [--ragged-batch B]
 // Prints one line per batch size: "leap batch=B new_tokens=N seconds=S tokens_per_s=T".
 // --compare: per batch size, the two decode modes run alternately (A B A B ..., after one warm-up
 // pair) and one line gives each side's median tokens/s and the median of the per-pair ratios
 // B/A with its range. --bandwidth-gbs: also the share of the memory-bandwidth bound (each decode
-// step reads the weights and the KV cache of its rows at the mean context). --fuse 1: q/k/v and
+// step reads the weights and the KV cache of its rows at the mean context). --ragged-batch B: one
+// more compare line at batch B with prompts of different lengths (from prompt-len down to half of
+// it: left padding, a key mask in every forward). --fuse 1: q/k/v and
 // gate/up fused (as the rollout copy). --serve 1: loads the model once, then reads one batch
 // size per line on stdin and answers each with one timed run's line (tools/bench_generate.py
 // alternates it with transformers that way).
@@ -33,7 +35,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string dir = argv[1], batches = "1,16", device = "cpu", dtype = "fp32", decode = "auto", compare;
-  int64_t new_tokens = 128, prompt_len = 16, repeats = 1, pairs = 3;
+  int64_t new_tokens = 128, prompt_len = 16, repeats = 1, pairs = 3, ragged_batch = 0;
   double bandwidth_gbs = 0;
   bool serve = false, fuse = false;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
     else if (k == "--compare") compare = v;
     else if (k == "--pairs") pairs = std::stoll(v);
     else if (k == "--bandwidth-gbs") bandwidth_gbs = std::stod(v);
+    else if (k == "--ragged-batch") ragged_batch = std::stoll(v);
     else {
       std::cerr << "unknown option " << k << "\n";
       return 2;
@@ -60,10 +63,13 @@ int main(int argc, char** argv) {
     auto model = load_transformer(dir, dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32, dev);
     if (fuse) model->fuse_projections();
     const int64_t V = model->config().vocab_size;
-    const auto prompts_of = [&](int64_t B) {
+    // B prompts of prompt_len tokens, or (ragged) of lengths from prompt_len down to half of it.
+    const auto prompts_of = [&](int64_t B, bool ragged = false) {
       std::vector<std::vector<int64_t>> prompts(B);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < prompt_len; ++t) prompts[b].push_back((b * 7919 + t * 104729 + 17) % V);
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t n = ragged ? prompt_len - (b % 8) * prompt_len / 16 : prompt_len;
+        for (int64_t t = 0; t < n; ++t) prompts[b].push_back((b * 7919 + t * 104729 + 17) % V);
+      }
       return prompts;
     };
     const auto params_of = [&](const std::string& mode) {
@@ -104,16 +110,19 @@ int main(int argc, char** argv) {
       const std::string a = compare.substr(0, comma), b = compare.substr(comma + 1);
       std::stringstream ss(batches);
       std::string item;
-      while (std::getline(ss, item, ',')) {
-        const int64_t B = std::stoll(item);
-        const auto prompts = prompts_of(B);
+      std::vector<std::pair<int64_t, bool>> runs;  // (batch, ragged)
+      while (std::getline(ss, item, ',')) runs.emplace_back(std::stoll(item), false);
+      if (ragged_batch > 0) runs.emplace_back(ragged_batch, true);
+      for (const auto& [B, ragged] : runs) {
+        const auto prompts = prompts_of(B, ragged);
         int64_t made_a = 0, made_b = 0;
         auto pr = leap::bench::alternate([&] { return timed(prompts, a, &made_a); },
                                          [&] { return timed(prompts, b, &made_b); }, static_cast<int>(pairs));
         const double tps_a = made_a / leap::bench::median(pr.a_s), tps_b = made_b / leap::bench::median(pr.b_s);
-        std::printf("compare batch=%lld prompt=%lld new_tokens=%lld %s tokens_per_s=%.1f %s tokens_per_s=%.1f "
+        std::printf("compare batch=%lld prompt=%lld%s new_tokens=%lld %s tokens_per_s=%.1f %s tokens_per_s=%.1f "
                     "seconds ratio %s/%s %s",
-                    static_cast<long long>(B), static_cast<long long>(prompt_len), static_cast<long long>(new_tokens),
+                    static_cast<long long>(B), static_cast<long long>(prompt_len), ragged ? " (ragged)" : "",
+                    static_cast<long long>(new_tokens),
                     a.c_str(), tps_a, b.c_str(), tps_b, b.c_str(), a.c_str(), pr.summary().c_str());
         if (bandwidth_gbs > 0)
           std::printf(" bound_tokens_per_s=%.0f share %s=%.1f%% %s=%.1f%%", bound(B), a.c_str(), 100 * tps_a / bound(B),

@@ -317,7 +317,7 @@ PY
     # alternating, on the fused bf16 weights a rollout copy holds; the share of the bandwidth bound
     # at 4.3 TB/s (the H200's measured copy bandwidth, issue 48).
     timeout $((STAGE_LIMITS[model] * 2 / 3)) "$BUILD/bench_generate" "$M15" --device cuda --dtype bf16 --fuse 1 \
-      --batch 1,16,64,256 --new-tokens 128 --prompt-len 512 --compare dynamic,graph --pairs 2 --bandwidth-gbs 4300 \
+      --batch 1,16,64,256 --ragged-batch 64 --new-tokens 128 --prompt-len 512 --compare dynamic,graph --pairs 2 --bandwidth-gbs 4300 \
       >"$LOG/generate.log" 2>&1
     rc=$?
     PEAK=$(peak_stop)
