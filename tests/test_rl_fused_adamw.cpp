@@ -107,22 +107,21 @@ TEST_CASE("rl fused adamw: a state saved and loaded (a checkpoint) goes on as th
   torch::optim::AdamW ref(ref_params, options(false));
   rl::FusedAdamW fused(fused_params, options(false));
   step_both(ref, ref_params, fused, fused_params, 0, 3);
-  // Resumed: new parameter tensors holding the same values, a new optimizer, the saved state.
-  std::stringstream saved;
-  torch::save(fused, saved);
-  auto resumed_params = clone_params(fused_params);
-  rl::FusedAdamW resumed(resumed_params, options(false));
-  torch::load(resumed, saved);
-  step_both(ref, ref_params, resumed, resumed_params, 3, 7);
-  CHECK(max_diff(ref_params, resumed_params) < 2e-6);
+  // `saved_by`'s state loaded into a new fused optimizer over copies of `values` (a resumed run:
+  // new parameter tensors holding the same values), then stepped beside the reference.
+  const auto resume_and_step = [&](torch::optim::Optimizer& saved_by, const std::vector<at::Tensor>& values,
+                                   int64_t from, int64_t to) {
+    std::stringstream saved;
+    torch::save(saved_by, saved);
+    auto params = clone_params(values);
+    rl::FusedAdamW resumed(params, options(false));
+    torch::load(resumed, saved);
+    step_both(ref, ref_params, resumed, params, from, to);
+    CHECK(max_diff(ref_params, params) < 2e-6);
+  };
+  resume_and_step(fused, fused_params, 3, 7);
   // A state saved by the unfused optimizer loads into the fused one too (older checkpoints).
-  std::stringstream old;
-  torch::save(ref, old);
-  auto from_old_params = clone_params(ref_params);
-  rl::FusedAdamW from_old(from_old_params, options(false));
-  torch::load(from_old, old);
-  step_both(ref, ref_params, from_old, from_old_params, 9, 10);
-  CHECK(max_diff(ref_params, from_old_params) < 2e-6);
+  resume_and_step(ref, ref_params, 9, 10);
 }
 
 TEST_CASE("rl fused adamw: a parameter the fused kernel does not take steps all by the unfused path") {

@@ -101,7 +101,6 @@ void decode_static(Transformer& model, const PromptBatch& pb, KVCache& cache, to
         --live;
       }
   }
-  cache.length = pb.P + N;
 }
 
 }  // namespace leap::model::detail
