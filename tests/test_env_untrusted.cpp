@@ -22,6 +22,7 @@
 #include "env/input_rewrite.hpp"
 #include "env/reply_check.hpp"
 #include "env/shared_buffers.hpp"
+#include "env/timing_schedule.hpp"
 #include "env/worker_pool.hpp"
 #include "env/task_runtime.hpp"
 #include "model/chat_format.hpp"
@@ -384,7 +385,9 @@ namespace {
 struct Seen {
   std::atomic<int> timing_jobs{0};        ///< jobs of more than one run
   std::atomic<int> snapshots_seen{0};     ///< snapshot entries those jobs carried to the worker
-  std::atomic<int> parent_snapshot_jobs{0};
+  std::atomic<int> parent_snapshot_jobs{0};  ///< timing jobs whose checked runs the parent copies, run by run
+  std::atomic<int> block_jobs{0};            ///< CPU-time check jobs: parent copies, reported in blocks
+  std::atomic<int> block_snapshots_seen{0};  ///< snapshot entries those carried to the worker
 };
 
 /// The cpu backend, recording in its worker what a timing job tells the worker.
@@ -393,7 +396,10 @@ class SpyBackend : public env::CpuBackend {
   SpyBackend(env::CpuBackendOptions o, Seen* s) : CpuBackend(std::move(o)), s_(s) {}
   env::RunOutcome execute(const env::Artifact& a, const env::BoundPlan& p, const std::vector<void*>& t,
                           const env::RunRequest& r, std::atomic<int>* cur) override {
-    if (std::max(0, r.warmup) + std::max(1, r.trials) > 1) {
+    if (r.parent_snapshots && r.report_every > 1) {
+      s_->block_jobs.fetch_add(1);
+      s_->block_snapshots_seen.fetch_add(static_cast<int>(r.snapshots.size()));
+    } else if (std::max(0, r.warmup) + std::max(1, r.trials) > 1) {
       s_->timing_jobs.fetch_add(1);
       s_->snapshots_seen.fetch_add(static_cast<int>(r.snapshots.size()));
       if (r.parent_snapshots) s_->parent_snapshot_jobs.fetch_add(1);
@@ -454,6 +460,10 @@ TEST_CASE("env timing: when only some runs are checked, the worker never learns 
   CHECK(s.verdict == env::Verdict::correct);
   CHECK(small.shared->parent_snapshot_jobs.load() == 0);
   CHECK(small.shared->snapshots_seen.load() > 0);
+  // Its CPU-time check jobs (a short kernel's: thousands of runs) are reported in blocks and copied
+  // by the parent: the worker gets no snapshot list there either.
+  CHECK(small.shared->block_jobs.load() >= 1);
+  CHECK(small.shared->block_snapshots_seen.load() == 0);
 }
 
 TEST_CASE("env timing: with parent copies, code that skips the work of some runs is still a wrong output") {
@@ -466,6 +476,53 @@ TEST_CASE("env timing: with parent copies, code that skips the work of some runs
   const env::EvalResult r = rig.verifier->evaluate(big, skipper);
   CAPTURE(r.feedback);
   CHECK(r.verdict == env::Verdict::wrong_output);
+}
+
+TEST_CASE("env timing: a CPU-time check job's runs are checked from the parent's block copies") {
+  // relu at its cpu size is a short kernel: after its timing job (6 runs here) a check job of
+  // about 2,000 runs in blocks of 63 measures its CPU. Code that does the work of its first 200
+  // calls of a job only, then one call in 8, passes the timing job and must fail on a checked run
+  // of the check job (the parent's sample of 128 of its runs, copied into the parent's memory).
+  const std::string skipper = relu_with("static int calls = 0;\n  if (++calls > 200 && calls % 8 != 0) return;");
+  const env::EvalResult r = grade_relu(skipper);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::wrong_output);
+  REQUIRE(r.details.count("timed_call") == 1);
+  CHECK(std::stoi(r.details.at("timed_call")) > 200);  // a run of the check job, past the timing job's 6
+  // Honest code passes the same jobs.
+  const env::EvalResult ok = grade_relu(relu_with(""));
+  CAPTURE(ok.feedback);
+  CHECK(ok.verdict == env::Verdict::correct);
+  CHECK(ok.details.count("cpu_check_runs") == 1);
+}
+
+TEST_CASE("env reply: a check job's block reports come from the worker alone, and a forged one is refused") {
+  // The worker reports after runs 62, 125, 188, 251, 314, ... (blocks of 63). A frame the code
+  // writes first, even the next block's exact run, puts the worker's own report out of order.
+  for (const char* when : {"299", "314"}) {
+    CAPTURE(when);
+    const std::string forger = relu_with(std::string("static int calls = 0;\n  if (++calls == 300) forge(\"{\\\"ran\\\":") +
+                                         when + "}\");");
+    const env::EvalResult r = grade_relu(forger);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == env::Verdict::runtime_error);
+    CHECK(contains(r.feedback, "out of order"));
+  }
+}
+
+TEST_CASE("env timing: reports_after_run: every run, or each block's last and the job's last") {
+  env::RunRequest req;
+  req.warmup = 1;
+  req.trials = 149;  // 150 runs
+  CHECK(env::fixed_job_runs(req) == 150);
+  for (int t = 0; t < 150; ++t) CHECK(env::reports_after_run(req, t));
+  req.report_every = 63;
+  std::vector<int> reported;
+  for (int t = 0; t < 150; ++t)
+    if (env::reports_after_run(req, t)) reported.push_back(t);
+  CHECK(reported == std::vector<int>{62, 125, 149});
+  req.max_seconds = 1;  // a time box: the worker cannot know its last run
+  CHECK(env::fixed_job_runs(req) == -1);
 }
 
 TEST_CASE("env timing: between timed calls every element of a floating input changes (incremental recompute earns nothing)") {

@@ -3,6 +3,7 @@
 // launches inside a worker process. The cpu backend uses the host compiler; a cuda backend
 // (NVRTC + driver API) plugs in through the same interface.
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <set>
@@ -49,8 +50,9 @@ struct ReferenceProgram {
 /// that run's outputs (RunRequest::snapshots).
 struct Snapshot {
   int run = 0;  ///< run index (0-based, warm-up included)
-  /// (position in the run's rotation, destination tensor index in the plan): the tensor at that
-  /// position of the run's input set is copied into the destination tensor.
+  /// (position in the run's rotation, destination): the tensor at that position of the run's
+  /// input set is copied into the destination, a tensor index in the plan, or with
+  /// RunRequest::snapshot_store an index into that store.
   std::vector<std::pair<int, int>> copies;
 };
 
@@ -89,6 +91,16 @@ struct RunRequest {
   /// then neither read which runs are checked nor claim runs it did not make (the parent counts
   /// them). Issue "Environment V".
   bool parent_snapshots = false;
+  /// With `parent_snapshots`: the worker reports after every `report_every`-th run and after its
+  /// last, and the parent copies the snapshots of all the runs since its previous report. More
+  /// than 1 only for a fixed schedule (no time box, warmup_ms or min_timed_ms: the worker knows
+  /// its last run) whose rotations give every run of a report's block its own output tensors: a
+  /// CPU-time check job (thousands of runs, one exchange per block instead of per run).
+  int report_every = 1;
+  /// Parent side only (never sent): where a `parent_snapshots` job's copies go, indexed by the
+  /// copies' destinations; memory the worker never maps, so code in the worker can neither read
+  /// which runs were copied nor rewrite a copy afterwards. Null: destinations are plan tensors.
+  std::vector<std::vector<std::byte>>* snapshot_store = nullptr;
   /// Worker side only (never sent): called after each run, outside the timed region, once the
   /// backend's own copies are made; false stops the job (the parent is gone).
   std::function<bool(int run)> on_run_done;

@@ -48,19 +48,10 @@ std::optional<EvalResult> Evaluation::check_outputs(const SharedBuffers& buf, co
                                                     const std::vector<torch::Tensor>& inputs,
                                                     const std::vector<torch::Tensor>& refs, const std::string& when,
                                                     bool check_inputs) {
-  const tasks::Tolerance tol = task_.spec().tolerance;
-  for (size_t j = 0; j < n_out_; ++j) {
-    const BoundTensor& bt = bound_.tensors[n_in_ + j];
-    torch::Tensor got = read_tensor(buf, static_cast<size_t>(index[n_in_ + j]), bt);
-    Comparison c = compare_output(got, refs[j], tol.atol, tol.rtol, declared_rms_[j]);
-    if (c.ok) continue;
-    EvalResult r = fail(Verdict::wrong_output, wrong_output_text(bt, c, tol, refs[j], when));
-    r.details["output"] = bt.name;
-    r.details["max_abs_error"] = fmt_num(c.max_abs_error);
-    r.details["mismatches"] = std::to_string(c.mismatches);
-    r.details["first_bad_index"] = index_text(c.first_bad, bt.shape);
-    return r;
-  }
+  std::vector<torch::Tensor> got;
+  for (size_t j = 0; j < n_out_; ++j)
+    got.push_back(read_tensor(buf, static_cast<size_t>(index[n_in_ + j]), bound_.tensors[n_in_ + j]));
+  if (auto bad = check_output_values(got, refs, when)) return bad;
   for (size_t i = 0; check_inputs && i < n_in_; ++i) {
     const BoundTensor& bt = bound_.tensors[i];
     torch::Tensor now = read_tensor(buf, static_cast<size_t>(index[i]), bt);
@@ -73,6 +64,24 @@ std::optional<EvalResult> Evaluation::check_outputs(const SharedBuffers& buf, co
                         "inputs modified " + when + ": input '" + bt.name + "' was written to (first changed element " +
                             index_text(first, bt.shape) + "); inputs are read-only, use an output or scratch buffer");
     r.details["input"] = bt.name;
+    return r;
+  }
+  return std::nullopt;
+}
+
+std::optional<EvalResult> Evaluation::check_output_values(const std::vector<torch::Tensor>& got,
+                                                          const std::vector<torch::Tensor>& refs,
+                                                          const std::string& when) {
+  const tasks::Tolerance tol = task_.spec().tolerance;
+  for (size_t j = 0; j < n_out_; ++j) {
+    const BoundTensor& bt = bound_.tensors[n_in_ + j];
+    Comparison c = compare_output(got.at(j), refs[j], tol.atol, tol.rtol, declared_rms_[j]);
+    if (c.ok) continue;
+    EvalResult r = fail(Verdict::wrong_output, wrong_output_text(bt, c, tol, refs[j], when));
+    r.details["output"] = bt.name;
+    r.details["max_abs_error"] = fmt_num(c.max_abs_error);
+    r.details["mismatches"] = std::to_string(c.mismatches);
+    r.details["first_bad_index"] = index_text(c.first_bad, bt.shape);
     return r;
   }
   return std::nullopt;

@@ -25,9 +25,10 @@ namespace {
 /// with 23 runs of a 3-us kernel the slack alone is 87 us a run, so a time forged 5x passed. A
 /// timing job whose runs' reported times sum to less than kResolveMs is therefore followed by a
 /// check job: the same code for a fixed number of runs whose reported times would sum to
-/// kResolveMs (the slack is then at most a quarter of the reported time a run), every run's output
-/// kept and VerifierOptions::check_job_sample of them checked (drawn after the job; every one
-/// when strict), the exact run count required, and a no-op baseline of the same count. At most kResolveMaxRuns
+/// kResolveMs (the slack is then at most a quarter of the reported time a run), reported to the
+/// parent in blocks, VerifierOptions::check_job_sample of its runs copied by the parent and checked
+/// (drawn by the parent and never sent; every one when strict), the exact run count required, and
+/// a no-op baseline of the same count (Evaluation::prepare_job). At most kResolveMaxRuns
 /// runs, as many as fit kResolveSnapshotBytes of snapshots, and as many as the parent can check
 /// with kResolveReferenceMs of reference time.
 constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
@@ -100,7 +101,7 @@ void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& can
               "its timed calls or altered the timer, so it is timed by its CPU time (" + fmt_ms(cand_ms) + " ms) and flagged";
 }
 
-// A CPU-time check job: the code for exactly `n` runs (a sample checked; see runs_to_check) between
+// A CPU-time check job: the code for exactly `n` runs (a sample checked; see prepare_job) between
 // two no-op jobs of the same count (their mean counts: cpu_use_beside); `use` gets the code's own
 // CPU a run, `seconds` the wall time. A job that makes other than the runs it was asked for
 // changed the environment's run loop.

@@ -22,6 +22,13 @@ namespace {
 /// random plus each set's last run.
 constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
 
+/// A CPU-time check job reports its runs in blocks of at most this many (one exchange with the
+/// parent per block), each run of a block writing its own output slot, the slots within
+/// kBlockSlotBytes: 2048 runs of relu's 64-KB output were 2048 exchanges and 128 MB of snapshots
+/// made, page by page, by the parent and the worker (bench/env_cpu).
+constexpr int kMaxBlockRuns = 64;
+constexpr size_t kBlockSlotBytes = size_t(16) << 20;
+
 /// A fresh secret for a job: its rewrite positions and checked runs, unknown to the candidate.
 uint64_t fresh_secret(const std::string& artifact_key) {
   std::random_device rd;
@@ -68,6 +75,16 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   const uint64_t secret = fresh_secret(comp_.artifact.key);
   std::mt19937_64 pick(secret);
   const size_t budget = std::max<size_t>(size_t(256) << 20, 2 * out_bytes_);  // snapshot memory
+  // A CPU-time check job (cpu backend): thousands of runs, reported to the parent in blocks, each
+  // run of a block writing its own output slot, so the parent copies the checked runs' outputs
+  // once their block is done: one exchange per block, and no outputs kept that are not checked.
+  const bool check_job = fixed_runs > 0 && reference_on_device_;
+  int block = 1;
+  if (check_job) {
+    const size_t fit = std::min<size_t>(kMaxBlockRuns, kBlockSlotBytes / std::max<size_t>(1, out_bytes_));
+    block = R * std::max(1, std::min(static_cast<int>(fit), fixed_runs) / R);
+    add_output_slots(tplan, job.rotations, n_in_, n_out_, block);
+  }
   // Every run, where that is cheap: code that computes only the runs it guesses are checked
   // (or reads which ones from its own process's memory) then fails on any other.
   const bool every_run =
@@ -77,10 +94,12 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   std::vector<int> runs(static_cast<size_t>(n_runs));
   for (int t = 0; t < n_runs; ++t) runs[static_cast<size_t>(t)] = t;
   std::shuffle(runs.begin(), runs.end(), pick);
-  size_t n_checked =
-      strict || every_run ? runs.size() : std::min(runs.size(), static_cast<size_t>(std::max(0, o_.checked_runs)));
+  size_t n_checked = runs.size();
+  if (check_job && !strict && o_.check_job_sample > 0)  // drawn here, kept here: the worker never sees the list
+    n_checked = std::min(n_checked, static_cast<size_t>(o_.check_job_sample));
+  else if (!strict && !every_run)
+    n_checked = std::min(n_checked, static_cast<size_t>(std::max(0, o_.checked_runs)));
   n_checked = std::min(n_checked, budget / std::max<size_t>(1, out_bytes_));
-  job.sampled_checks = fixed_runs > 0 && !strict && o_.check_job_sample > 0;
   RunRequest& treq = job.request;
   treq = timing_request(o_, job.rotations);
   if (fixed_runs > 0) {
@@ -93,15 +112,25 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   treq.rewrite_seed = secret;
   treq.rewrite_inputs = rewrite_inputs_;
   treq.perturb_inputs = perturb_inputs_;
-  // Only some runs checked (outputs too large to keep every run's): on the cpu backend the
-  // parent makes the copies, so code in the worker cannot read which runs are checked, and the
-  // parent counts the runs made (WorkerPool, RunRequest::parent_snapshots).
-  treq.parent_snapshots = reference_on_device_ && !every_run;
+  // Only some runs checked (a CPU-time check job, or outputs too large to keep every run's): on
+  // the cpu backend the parent copies them into its own memory, so code in the worker can neither
+  // read which runs are checked nor rewrite a copy, and the parent counts the runs made
+  // (WorkerPool, RunRequest::parent_snapshots).
+  treq.parent_snapshots = reference_on_device_ && (check_job || !every_run);
+  treq.report_every = block;
+  if (treq.parent_snapshots) {
+    job.store = std::make_unique<std::vector<std::vector<std::byte>>>(n_checked * n_out_);
+    treq.snapshot_store = job.store.get();
+  }
   std::sort(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(n_checked));  // snapshot_for_run's order
   for (size_t k = 0; k < n_checked; ++k) {
     Snapshot snap;
     snap.run = runs[k];
     for (size_t j = 0; j < n_out_; ++j) {
+      if (treq.snapshot_store) {
+        snap.copies.emplace_back(static_cast<int>(n_in_ + j), static_cast<int>(k * n_out_ + j));
+        continue;
+      }
       BoundTensor copy = bound_.tensors[n_in_ + j];
       copy.name += "@run" + std::to_string(snap.run);
       snap.copies.emplace_back(static_cast<int>(n_in_ + j), static_cast<int>(tplan.tensors.size()));
@@ -111,30 +140,17 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   }
   job.buf = std::make_unique<SharedBuffers>(tplan.tensors);
   SharedBuffers& tbuf = *job.buf;
-  for (int r = 0; r < R; ++r) {
-    const auto& rot = job.rotations[static_cast<size_t>(r)];
-    for (size_t i = 0; i < n_in_; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs_[static_cast<size_t>(r)][i]);
+  for (size_t r = 0; r < job.rotations.size(); ++r) {
+    const auto& rot = job.rotations[r];
+    if (r < static_cast<size_t>(R))
+      for (size_t i = 0; i < n_in_; ++i) write_tensor(tbuf, static_cast<size_t>(rot[i]), set_inputs_[r][i]);
     for (size_t j = 0; j < n_out_; ++j) prefill_output(tbuf, static_cast<size_t>(rot[n_in_ + j]), bound_.tensors[n_in_ + j]);
   }
-  for (const Snapshot& snap : treq.snapshots)
-    for (const auto& [pos, dst] : snap.copies)
-      prefill_output(tbuf, static_cast<size_t>(dst), bound_.tensors[static_cast<size_t>(pos)]);
+  if (!treq.snapshot_store)
+    for (const Snapshot& snap : treq.snapshots)
+      for (const auto& [pos, dst] : snap.copies)
+        prefill_output(tbuf, static_cast<size_t>(dst), bound_.tensors[static_cast<size_t>(pos)]);
   return job;
-}
-
-std::vector<char> Evaluation::runs_to_check(const TimingJob& job) const {
-  int most = 0;
-  for (int t : job.run.runs) most = std::max(most, t + 1);
-  std::vector<char> checked(static_cast<size_t>(most), 1);
-  if (!job.sampled_checks || static_cast<int>(job.run.runs.size()) <= o_.check_job_sample) return checked;
-  // Drawn now, after the job: nothing the code could read while it ran says which.
-  std::vector<int> runs = job.run.runs;
-  std::random_device rd;
-  std::mt19937_64 pick((static_cast<uint64_t>(rd()) << 32) ^ rd());
-  std::shuffle(runs.begin(), runs.end(), pick);
-  std::fill(checked.begin(), checked.end(), 0);
-  for (int k = 0; k < o_.check_job_sample; ++k) checked[static_cast<size_t>(runs[static_cast<size_t>(k)])] = 1;
-  return checked;
 }
 
 std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& out) {
@@ -161,7 +177,6 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
     for (const auto& x : set_inputs_[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
   std::vector<int> last_run(static_cast<size_t>(R), -1);
   for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
-  const std::vector<char> checked = runs_to_check(job);
   const std::string total_text = std::to_string(run.runs.size());
   int ordinal = 0;
   for (int t : run.runs) {
@@ -175,22 +190,28 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
       perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()));
     }
     const Snapshot* snap = snapshot_for_run(treq, t);
-    if (!snap || t == last_run[set] || !checked[static_cast<size_t>(t)]) continue;  // each set's last: below
-    std::vector<int> index = rotations[set];
-    for (const auto& [pos, dst] : snap->copies) index[static_cast<size_t>(pos)] = dst;
-    if (auto bad = check_outputs(tbuf, index, state[set], reference(state[set]),
+    if (!snap || t == last_run[set]) continue;  // each set's last: below
+    std::vector<torch::Tensor> got;
+    for (const auto& [pos, dst] : snap->copies) {
+      const BoundTensor& bt = bound_.tensors[static_cast<size_t>(pos)];
+      got.push_back(job.store ? read_bytes_tensor(job.store->at(static_cast<size_t>(dst)), bt)
+                              : read_tensor(tbuf, static_cast<size_t>(dst), bt));
+    }
+    if (auto bad = check_output_values(got, reference(state[set]),
                                  "on timed call " + std::to_string(ordinal) + " of " + total_text + " (input set " +
                                      std::to_string(set + 1) + " of " + std::to_string(R) +
                                      "; the inputs change between calls, so every call must compute its result from "
-                                     "the inputs it is given: a result kept from an earlier call is stale)",
-                                 false)) {
+                                     "the inputs it is given: a result kept from an earlier call is stale)")) {
       bad->details["timed_call"] = std::to_string(ordinal);
       return bad;
     }
   }
   for (int r = 0; r < R; ++r) {
     const auto& in = state[static_cast<size_t>(r)];
-    if (auto bad = check_outputs(tbuf, rotations[static_cast<size_t>(r)], in, reference(in),
+    // The outputs of the set's last run: its rotation (with output slots, slot t % slots).
+    const int last = last_run[static_cast<size_t>(r)];
+    const size_t rot = last >= 0 ? static_cast<size_t>(last) % rotations.size() : static_cast<size_t>(r);
+    if (auto bad = check_outputs(tbuf, rotations[rot], in, reference(in),
                                  "after the timing loop (input set " + std::to_string(r + 1) + " of " +
                                      std::to_string(R) + "; results must not depend on earlier calls)"))
       return bad;

@@ -38,6 +38,13 @@ torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor&
   return torch::from_blob(buf.data(i), t.shape, torch::TensorOptions().dtype(st)).clone();
 }
 
+torch::Tensor read_bytes_tensor(const std::vector<std::byte>& bytes, const BoundTensor& t) {
+  if (bytes.size() != t.bytes()) throw Error("internal: a snapshot of '" + t.name + "' has the wrong size");
+  torch::ScalarType st = torch_dtype(t.dtype);
+  if (st == torch::kBool) st = torch::kByte;
+  return torch::from_blob(const_cast<std::byte*>(bytes.data()), t.shape, torch::TensorOptions().dtype(st)).clone();
+}
+
 std::string run_failure_text(const RunOutcome& r) {
   switch (r.verdict) {
     case Verdict::launch_error: return "launch error: " + r.message;
@@ -92,6 +99,23 @@ std::vector<std::vector<int>> add_rotated_sets(BoundPlan& plan, size_t count, in
       plan.tensors.push_back(copy);
     }
   return rotations;
+}
+
+void add_output_slots(BoundPlan& plan, std::vector<std::vector<int>>& rotations, size_t n_in, size_t n_out,
+                      int slots) {
+  const size_t R = rotations.size();
+  if (R == 0 || slots < static_cast<int>(R) || slots % static_cast<int>(R) != 0)
+    throw Error("internal: output slots must be a multiple of the input sets");
+  for (size_t b = R; b < static_cast<size_t>(slots); ++b) {
+    std::vector<int> rot = rotations[b % R];
+    for (size_t j = 0; j < n_out; ++j) {
+      BoundTensor copy = plan.tensors[n_in + j];
+      copy.name += "@slot" + std::to_string(b);
+      rot[n_in + j] = static_cast<int>(plan.tensors.size());
+      plan.tensors.push_back(copy);
+    }
+    rotations.push_back(std::move(rot));
+  }
 }
 
 RunRequest timing_request(const VerifierOptions& o, const std::vector<std::vector<int>>& rotations) {

@@ -42,6 +42,9 @@ void write_tensor(SharedBuffers& buf, size_t i, const torch::Tensor& t);
 void prefill_output(SharedBuffers& buf, size_t i, const BoundTensor& t);
 /// A copy of tensor i of `buf` with `t`'s shape (bools read as uint8 so a sentinel byte stays visible).
 torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor& t);
+/// A copy of `bytes` (one tensor's, e.g. a parent-side snapshot) as a tensor of `t`'s shape and
+/// dtype (bools as uint8). Throws leap::Error when the size is not the tensor's.
+torch::Tensor read_bytes_tensor(const std::vector<std::byte>& bytes, const BoundTensor& t);
 /// The feedback text of a failed worker run ("launch error: ...", "timeout: ...").
 std::string run_failure_text(const RunOutcome& r);
 /// "x: declared distribution, w: fixed values, ..." for correctness seed `seed_index` of `task`.
@@ -54,6 +57,12 @@ std::string noop_source(const LaunchPlan& plan);
 /// first `count` tensors are appended to `plan`; returns rotation r's tensor index for every
 /// position (identity for the positions not copied and for r = 0).
 std::vector<std::vector<int>> add_rotated_sets(BoundPlan& plan, size_t count, int R);
+/// Output slots for a job reported in blocks of `slots` runs (RunRequest::report_every): extends
+/// `rotations` (R sets over the first n_in + n_out positions, from add_rotated_sets) to `slots`
+/// rotations, slot b reading input set b % R and writing its own renamed copies ("name@slot b")
+/// of the outputs, appended to `plan`. `slots` is a multiple of R, so run t reads set t % R.
+void add_output_slots(BoundPlan& plan, std::vector<std::vector<int>>& rotations, size_t n_in, size_t n_out,
+                      int slots);
 /// A timing job's request from the verifier's schedule (warm-up, trials, time box) over `rotations`.
 RunRequest timing_request(const VerifierOptions& o, const std::vector<std::vector<int>>& rotations);
 
@@ -82,10 +91,10 @@ struct TimingJob {
   std::vector<std::vector<int>> rotations;  ///< per input set, tensor index of every position
   RunRequest request;                       ///< schedule, secret, rewrites, snapshots
   std::unique_ptr<SharedBuffers> buf;       ///< the job's shared memory
+  /// The parent's own copies of checked runs' outputs (RunRequest::snapshot_store; parent
+  /// snapshots only): never mapped by the worker.
+  std::unique_ptr<std::vector<std::vector<std::byte>>> store;
   RunOutcome run;                           ///< the worker's reply
-  /// A CPU-time check job, not strict: verify_job checks VerifierOptions::check_job_sample of its
-  /// runs, drawn after the job, and each set's last run (every run is snapshotted all the same).
-  bool sampled_checks = false;
 };
 
 /// A candidate's median time (ms) over n trials, or the reference's.
@@ -133,16 +142,18 @@ class Evaluation {
                                           const std::vector<torch::Tensor>& inputs,
                                           const std::vector<torch::Tensor>& refs, const std::string& when,
                                           bool check_inputs = true);
+  /// Checks `got` (one tensor per output, in order) against `refs`: a wrong_output result naming
+  /// `when`, or nothing.
+  std::optional<EvalResult> check_output_values(const std::vector<torch::Tensor>& got,
+                                                const std::vector<torch::Tensor>& refs, const std::string& when);
 
   // Timing jobs (eval_timing_job.cpp).
   /// The timing sets' inputs, which inputs are rewritten / perturbed per run, the run counts.
   void plan_timing();
   /// A timing job on fresh buffers with a fresh secret; `fixed_runs` > 0: a CPU-time check job
-  /// (exactly that many runs, no time box, every run checked).
+  /// (exactly that many runs, no time box, reported in blocks with an output slot per run of a
+  /// block; check_job_sample runs checked, every run when strict, chosen here and kept here).
   TimingJob prepare_job(bool strict, int fixed_runs = 0) const;
-  /// Per run number of `job`, whether verify_job checks it: every run, or for a sampled CPU-time
-  /// check job check_job_sample runs drawn now (each set's last run is checked regardless).
-  std::vector<char> runs_to_check(const TimingJob& job) const;
   /// Replays the job's input rewrites and checks the checked runs and each set's last run against
   /// the reference; the failing result, or nothing with `out` the median reported time.
   std::optional<EvalResult> verify_job(const TimingJob& job, Timed& out);

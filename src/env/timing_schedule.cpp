@@ -69,6 +69,16 @@ std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::ve
   return copies;
 }
 
+int fixed_job_runs(const RunRequest& request) {
+  if (request.max_seconds > 0 || request.warmup_ms > 0 || request.min_timed_ms > 0) return -1;
+  return std::max(0, request.warmup) + std::max(1, request.trials);
+}
+
+bool reports_after_run(const RunRequest& request, int run) {
+  if (request.report_every <= 1) return true;
+  return (run + 1) % request.report_every == 0 || run + 1 == fixed_job_runs(request);
+}
+
 const Snapshot* snapshot_for_run(const RunRequest& request, int run) {
   // Sorted by run (the verifier's order): a binary search; else (any other order) a scan.
   const auto& v = request.snapshots;

@@ -45,6 +45,14 @@ std::vector<RewriteTarget> rewrite_targets(const BoundPlan& plan, const RunReque
 /// a copy is rotated_tensor(request, set, p). Empty for a single-run job or without a seed.
 std::vector<BlockCopy> rewrites_for_run(const RunRequest& request, const std::vector<RewriteTarget>& targets, int run);
 
+/// The number of runs a job of `request` makes when its schedule is fixed (no time box, no
+/// warmup_ms, no min_timed_ms: warm-up plus trials), else -1.
+int fixed_job_runs(const RunRequest& request);
+
+/// Whether a worker running `request` with parent_snapshots reports after run `run`: after every
+/// run, or with report_every > 1 after each block's last run and the job's last run.
+bool reports_after_run(const RunRequest& request, int run);
+
 /// The snapshot of run `run` in `request`, or null: a binary search when the snapshots are sorted
 /// by run (the verifier sorts them; a CPU-time check job has thousands), else a scan.
 const Snapshot* snapshot_for_run(const RunRequest& request, int run);

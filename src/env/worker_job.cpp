@@ -94,6 +94,7 @@ std::string encode_job(const Artifact& artifact, const BoundPlan& plan, const Ru
               {"perturb_inputs", request.perturb_inputs},
               {"profile_launches", request.profile_launches},
               {"parent_snapshots", request.parent_snapshots},
+              {"report_every", request.report_every},
               {"snapshots", json::array()},
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
@@ -127,6 +128,7 @@ WorkerJob decode_job(std::string_view body) {
   req.perturb_inputs = job.value("perturb_inputs", std::vector<int>{});
   req.profile_launches = job.value("profile_launches", false);
   req.parent_snapshots = job.value("parent_snapshots", false);
+  req.report_every = job.value("report_every", 1);
   for (const auto& sj : job.at("snapshots")) {
     Snapshot snap;
     snap.run = sj.at(0).get<int>();

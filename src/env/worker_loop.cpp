@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "env/job_frame.hpp"
+#include "env/timing_schedule.hpp"
 #include "env/worker_backend.hpp"
 #include "env/worker_job.hpp"
 #include "env/worker_pool.hpp"
@@ -108,8 +109,9 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       Artifact& art = job.artifact;
       const BoundPlan& plan = job.plan;
       RunRequest& req = job.request;
-      if (req.parent_snapshots)  // each run reported, the parent's "go" awaited: it makes its copies meanwhile
-        req.on_run_done = [sock](int run) {
+      if (req.parent_snapshots)  // runs reported (each, or each block's last), the parent's "go" awaited: it copies meanwhile
+        req.on_run_done = [sock, &req](int run) {
+          if (!reports_after_run(req, run)) return true;
           return send_frame(sock, "{\"ran\":" + std::to_string(run) + "}") && await_go(sock);
         };
       total = job.total_bytes;

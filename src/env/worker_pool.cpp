@@ -167,15 +167,32 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
 }
 
 /// The parent's copies after run `run` of a job with RunRequest::parent_snapshots: the outputs of
-/// the run's input set into the snapshot tensors, if the run is a checked one.
+/// the run's input set into the snapshot tensors (or the parent's own snapshot store), if the run
+/// is a checked one.
 void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, int run) {
   const Snapshot* snap = snapshot_for_run(request, run);
   if (!snap) return;
   const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
   for (const auto& [position, dst] : snap->copies) {
     const size_t src = rotated_tensor(request, set, position);
-    std::memcpy(buffers.data(static_cast<size_t>(dst)), buffers.data(src), plan.tensors.at(src).bytes());
+    const size_t bytes = plan.tensors.at(src).bytes();
+    if (request.snapshot_store) {
+      std::vector<std::byte>& into = request.snapshot_store->at(static_cast<size_t>(dst));
+      into.resize(bytes);
+      std::memcpy(into.data(), buffers.data(src), bytes);
+    } else {
+      std::memcpy(buffers.data(static_cast<size_t>(dst)), buffers.data(src), bytes);
+    }
   }
+}
+
+/// The run a parent_snapshots worker must report next, having reported `reported` runs: the next
+/// run, or with RunRequest::report_every > 1 the last run of the next block (or of the job).
+int next_reported_run(const RunRequest& request, int reported) {
+  if (request.report_every <= 1) return reported;
+  const int total = fixed_job_runs(request);
+  const int end = reported + request.report_every;
+  return (total > 0 ? std::min(end, total) : end) - 1;
 }
 
 std::string signal_text(int sig) {
@@ -632,13 +649,13 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
       t = json::parse(x.reply).at("ran").get<int>();
     } catch (const std::exception&) {
     }
-    if (t != x.reported_runs || x.reported_runs >= x.most_runs) {
-      x.watched.r = Recv::error;  // not the next run, or more than the job allows: refused below
+    if (t != next_reported_run(request, x.reported_runs) || t >= x.most_runs) {
+      x.watched.r = Recv::error;  // not the next run (or block), or more than the job allows: refused below
       x.out_of_order_run = true;
       return;
     }
-    copy_snapshot(request, plan, buffers, t);
-    ++x.reported_runs;
+    for (int run = x.reported_runs; run <= t; ++run) copy_snapshot(request, plan, buffers, run);
+    x.reported_runs = t + 1;
     x.reply.clear();
     if (!send_all(w.sock, &go, 1)) {
       x.watched.r = Recv::eof;
@@ -689,8 +706,8 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
   };
   if (x.out_of_order_run) {
     kill_group();
-    out.message = "the worker's reply was refused: it reported run " + std::to_string(x.reported_runs) +
-                  " out of order or past the job's " + std::to_string(x.most_runs) +
+    out.message = "the worker's reply was refused: after run " + std::to_string(x.reported_runs - 1) +
+                  " it reported a run out of order or past the job's " + std::to_string(x.most_runs) +
                   " runs (code must not write to the environment's job socket)";
   } else if (r == Recv::timeout && watched.stalled) {
     kill_group();
@@ -747,6 +764,10 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
 
 RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, SharedBuffers& buffers,
                            const RunRequest& request) {
+  if (request.parent_snapshots && request.report_every > 1 &&
+      (fixed_job_runs(request) < 0 || request.rotations.size() < static_cast<size_t>(request.report_every)))
+    throw Error("internal: a job reported in blocks of " + std::to_string(request.report_every) +
+                " runs needs a fixed schedule and a rotation (own outputs) for every run of a block");
   // 1. A worker: a ready one, or one started for this job.
   const size_t slot = acquire_slot();
   std::unique_ptr<Worker> w = checkout(slot);
