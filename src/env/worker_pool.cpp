@@ -177,9 +177,8 @@ void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffe
     const size_t src = rotated_tensor(request, set, position);
     const size_t bytes = plan.tensors.at(src).bytes();
     if (request.snapshot_store) {
-      std::vector<std::byte>& into = request.snapshot_store->at(static_cast<size_t>(dst));
-      into.resize(bytes);
-      std::memcpy(into.data(), buffers.data(src), bytes);
+      const auto* from = static_cast<const std::byte*>(buffers.data(src));
+      request.snapshot_store->at(static_cast<size_t>(dst)).assign(from, from + bytes);
     } else {
       std::memcpy(buffers.data(static_cast<size_t>(dst)), buffers.data(src), bytes);
     }
