@@ -510,7 +510,7 @@ TEST_CASE("env reply: a check job's block reports come from the worker alone, an
   }
 }
 
-TEST_CASE("env timing: reports_after_run: every run, or each block's last and the job's last") {
+TEST_CASE("env timing: reports_after_run: every run, or each block's last and the job's last, as the parent expects") {
   env::RunRequest req;
   req.warmup = 1;
   req.trials = 149;  // 150 runs
@@ -521,6 +521,13 @@ TEST_CASE("env timing: reports_after_run: every run, or each block's last and th
   for (int t = 0; t < 150; ++t)
     if (env::reports_after_run(req, t)) reported.push_back(t);
   CHECK(reported == std::vector<int>{62, 125, 149});
+  // The parent expects the same runs, in order (next_reported_run after each report).
+  std::vector<int> expected;
+  for (int done = 0; done < 150;) {
+    expected.push_back(env::next_reported_run(req, done));
+    done = expected.back() + 1;
+  }
+  CHECK(expected == reported);
   req.max_seconds = 1;  // a time box: the worker cannot know its last run
   CHECK(env::fixed_job_runs(req) == -1);
 }

@@ -32,17 +32,22 @@ void write_tensor(SharedBuffers& buf, size_t i, const torch::Tensor& t) {
 
 void prefill_output(SharedBuffers& buf, size_t i, const BoundTensor& t) { poison(buf.data(i), buf.bytes(i), t.dtype); }
 
-torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor& t) {
+namespace {
+
+/// A copy of the tensor `t` held at `data` (bools read as uint8 so a sentinel byte stays visible).
+torch::Tensor copy_tensor_at(const void* data, const BoundTensor& t) {
   torch::ScalarType st = torch_dtype(t.dtype);
   if (st == torch::kBool) st = torch::kByte;
-  return torch::from_blob(buf.data(i), t.shape, torch::TensorOptions().dtype(st)).clone();
+  return torch::from_blob(const_cast<void*>(data), t.shape, torch::TensorOptions().dtype(st)).clone();
 }
+
+}  // namespace
+
+torch::Tensor read_tensor(const SharedBuffers& buf, size_t i, const BoundTensor& t) { return copy_tensor_at(buf.data(i), t); }
 
 torch::Tensor read_bytes_tensor(const std::vector<std::byte>& bytes, const BoundTensor& t) {
   if (bytes.size() != t.bytes()) throw Error("internal: a snapshot of '" + t.name + "' has the wrong size");
-  torch::ScalarType st = torch_dtype(t.dtype);
-  if (st == torch::kBool) st = torch::kByte;
-  return torch::from_blob(const_cast<std::byte*>(bytes.data()), t.shape, torch::TensorOptions().dtype(st)).clone();
+  return copy_tensor_at(bytes.data(), t);
 }
 
 std::string run_failure_text(const RunOutcome& r) {

@@ -79,6 +79,13 @@ bool reports_after_run(const RunRequest& request, int run) {
   return (run + 1) % request.report_every == 0 || run + 1 == fixed_job_runs(request);
 }
 
+int next_reported_run(const RunRequest& request, int reported) {
+  if (request.report_every <= 1) return reported;
+  const int total = fixed_job_runs(request);
+  const int end = reported + request.report_every;
+  return (total > 0 ? std::min(end, total) : end) - 1;
+}
+
 const Snapshot* snapshot_for_run(const RunRequest& request, int run) {
   // Sorted by run (the verifier's order): a binary search; else (any other order) a scan.
   const auto& v = request.snapshots;

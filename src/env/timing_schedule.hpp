@@ -53,6 +53,11 @@ int fixed_job_runs(const RunRequest& request);
 /// run, or with report_every > 1 after each block's last run and the job's last run.
 bool reports_after_run(const RunRequest& request, int run);
 
+/// The run a parent_snapshots worker must report next, having reported runs 0 .. `reported` - 1
+/// (the parent's side of reports_after_run): the next run, or with report_every > 1 the last run
+/// of the next block (or of the job).
+int next_reported_run(const RunRequest& request, int reported);
+
 /// The snapshot of run `run` in `request`, or null: a binary search when the snapshots are sorted
 /// by run (the verifier sorts them; a CPU-time check job has thousands), else a scan.
 const Snapshot* snapshot_for_run(const RunRequest& request, int run);

@@ -185,15 +185,6 @@ void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffe
   }
 }
 
-/// The run a parent_snapshots worker must report next, having reported `reported` runs: the next
-/// run, or with RunRequest::report_every > 1 the last run of the next block (or of the job).
-int next_reported_run(const RunRequest& request, int reported) {
-  if (request.report_every <= 1) return reported;
-  const int total = fixed_job_runs(request);
-  const int end = reported + request.report_every;
-  return (total > 0 ? std::min(end, total) : end) - 1;
-}
-
 std::string signal_text(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   const char* desc = strsignal(sig);
