@@ -418,6 +418,53 @@ TEST_CASE("env sandbox: shrinking the tensor memory, signalling or reaching othe
   waitpid(victim, nullptr, 0);
 }
 
+TEST_CASE("env sandbox: a cpu answer is pid 1 of its own pid namespace, sees no other process by pid, and its abort() is still SIGABRT") {
+  if (!host_has(&SandboxReport::pid_namespace)) return;
+  leap::test::TempDir dir;
+  // A host process of uid 65534 (what a spare worker or a compiler child runs as).
+  pid_t victim = fork();
+  REQUIRE(victim >= 0);
+  if (victim == 0) {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
+    }
+    for (;;) pause();
+  }
+  struct Reap {  // the victim goes whatever a REQUIRE below does
+    pid_t pid;
+    ~Reap() {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{victim};
+  const std::string v = std::to_string(victim), me = std::to_string(getpid());
+  // Calls the seccomp filter lets through on another pid (they only read): with a pid namespace
+  // of its own the kernel finds no such process (ESRCH).
+  const std::string body =
+      "  if (getpid() != 1) r0 += 1;\n"
+      "  for (pid_t p : {(pid_t)" + v + ", (pid_t)" + me + "}) {\n"
+      "    errno = 0; getpriority(PRIO_PROCESS, p); if (errno != ESRCH) r0 += 10;\n"
+      "    if (sched_getscheduler(p) >= 0 || errno != ESRCH) r0 += 100;\n"
+      "    cpu_set_t set; if (sched_getaffinity(p, sizeof set, &set) == 0 || errno != ESRCH) r0 += 1000;\n"
+      "  }\n"
+      "  if (kill(getpid(), 0) == 0 && getpriority(PRIO_PROCESS, 0) >= -20) r1 = 1;\n";
+  const std::string inc =
+      "#include <cerrno>\n#include <csignal>\n#include <initializer_list>\n#include <sched.h>\n#include <sys/resource.h>\n";
+  Observed o = run_probe(dir, probe_code(inc, body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  CHECK(o.r1 == 1);  // itself, still
+  // Without the sandbox the same probe sees both processes: it can tell.
+  Observed off = run_probe(dir, probe_code(inc, body), SandboxMode::off);
+  REQUIRE_MESSAGE(off.outcome.ok(), off.outcome.message);
+  CHECK(off.r0 >= 2220);
+  // The kernel drops a signal that pid 1 of a namespace sends itself: the worker notes abort()'s
+  // SIGABRT and the pool reports it as the crash it is.
+  Observed ab = run_probe(dir, probe_code(inc, "  if (n > 0) abort();\n"), SandboxMode::auto_);
+  CHECK(ab.outcome.verdict == Verdict::runtime_error);
+  CAPTURE(ab.outcome.message);
+  CHECK(ab.outcome.message.find("SIGABRT") != std::string::npos);
+}
+
 TEST_CASE("env sandbox: a forged huge reply, shared memory and thread floods are stopped") {
   leap::test::TempDir dir;
   // A 1 GiB frame header written to the worker's socket: refused unread.

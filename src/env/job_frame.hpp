@@ -70,4 +70,12 @@ inline std::atomic<int>* memory_flag_of(std::atomic<int>* page) {
   return reinterpret_cast<std::atomic<int>*>(reinterpret_cast<char*>(page) + 64);
 }
 
+/// The signal a worker that is pid 1 of its own pid namespace died of, on the status page whose
+/// first word is the running launch's index (`page`): the kernel drops a signal that such a
+/// process sends itself (an abort()'s SIGABRT), so its handler notes the signal here and exits
+/// with 128 + the signal; 0 when none was noted.
+inline std::atomic<int>* fatal_signal_of(std::atomic<int>* page) {
+  return reinterpret_cast<std::atomic<int>*>(reinterpret_cast<char*>(page) + 128);
+}
+
 }  // namespace leap::env

@@ -70,6 +70,7 @@ std::string SandboxReport::summary() const {
   add(filesystem, "minimal read-only root");
   add(seccomp, "seccomp (no processes, no sockets)");
   add(unprivileged, "unprivileged");
+  add(pid_namespace, "own pid namespace");
   std::string s = "sandbox: " + (have.empty() ? std::string("none") : have) + " [" + isolation + "]";
   for (const auto& m : missing) s += "; missing: " + m;
   return s;
@@ -79,7 +80,8 @@ SandboxReport host_sandbox_report() { return Zygote::shared().report(); }
 
 std::string report_to_json(const SandboxReport& r) {
   return json{{"network", r.network}, {"filesystem", r.filesystem}, {"seccomp", r.seccomp},
-              {"unprivileged", r.unprivileged}, {"isolation", r.isolation}, {"missing", r.missing}}
+              {"unprivileged", r.unprivileged}, {"pid_namespace", r.pid_namespace}, {"isolation", r.isolation},
+              {"missing", r.missing}}
       .dump();
 }
 
@@ -90,6 +92,7 @@ SandboxReport report_from_json(const std::string& text) {
   r.filesystem = j.at("filesystem").get<bool>();
   r.seccomp = j.at("seccomp").get<bool>();
   r.unprivileged = j.at("unprivileged").get<bool>();
+  r.pid_namespace = j.at("pid_namespace").get<bool>();
   r.isolation = j.at("isolation").get<std::string>();
   r.missing = j.at("missing").get<std::vector<std::string>>();
   return r;
@@ -488,12 +491,29 @@ SandboxReport probe_sandbox(const HostIsolation& host, SandboxMode mode) {
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
+    // A pid namespace of its own, as cpu workers get (env/zygote.cpp): its first child must be pid 1.
+    std::string pidns = "no namespaces on this host (" + host.why_not + ")";
+    if (host.root || host.userns) {
+      if (unshare(CLONE_NEWPID) != 0) {
+        pidns = errno_text("unshare(CLONE_NEWPID)");
+      } else if (pid_t g = fork(); g < 0) {
+        pidns = errno_text("fork into the new pid namespace");
+      } else if (g == 0) {
+        _exit(getpid() == 1 ? 0 : 1);
+      } else {
+        int st = 0;
+        while (waitpid(g, &st, 0) < 0 && errno == EINTR) {
+        }
+        pidns = WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "" : "the first child of a new pid namespace was not pid 1";
+      }
+    }
     ChildSandbox spec;
     AppliedSandbox a = enter_child_sandbox(spec, host);
     // A real check of each step from inside: the host's /etc is gone, a fork is refused.
     bool fs_ok = a.filesystem && access("/etc/ld.so.cache", R_OK) == 0 && access("/etc/passwd", F_OK) != 0;
     bool fork_refused = a.seccomp && syscall(SYS_fork) < 0;
-    json j{{"filesystem", fs_ok}, {"seccomp", fork_refused}, {"unprivileged", a.unprivileged}, {"failed", a.failed}};
+    json j{{"filesystem", fs_ok}, {"seccomp", fork_refused}, {"unprivileged", a.unprivileged}, {"pid_namespace", pidns},
+           {"failed", a.failed}};
     std::string text = j.dump();
     ssize_t w = write(fds[1], text.data(), text.size());
     (void)w;
@@ -518,6 +538,9 @@ SandboxReport probe_sandbox(const HostIsolation& host, SandboxMode mode) {
     r.filesystem = j.at("filesystem").get<bool>();
     r.seccomp = j.at("seccomp").get<bool>();
     r.unprivileged = j.at("unprivileged").get<bool>();
+    const std::string pidns = j.at("pid_namespace").get<std::string>();
+    r.pid_namespace = pidns.empty();
+    if (!r.pid_namespace) r.missing.push_back("pid namespace: " + pidns);
     for (const auto& f : j.at("failed")) r.missing.push_back(f.get<std::string>());
     if (!r.filesystem && r.missing.empty()) r.missing.push_back("filesystem isolation: the probe could still see the host's /etc");
     if (!r.seccomp) r.missing.push_back("seccomp: the probe could still fork");

@@ -13,7 +13,8 @@
 //     driver needs /dev, /proc and /sys, see the host's tree read-only instead;
 //   * processes: seccomp refuses fork, vfork, clone without CLONE_THREAD, execve, ptrace,
 //     namespaces, mounts, bpf, io_uring and similar (threads are fine); every child leads its own
-//     process group, which is killed when its job ends;
+//     process group, which is killed when its job ends; a cpu worker is pid 1 of a pid namespace
+//     of its own (env/zygote.cpp), so no other process is visible to it by pid;
 //   * limits: address space (RLIMIT_AS) of a worker = its size at start + its tensors + the memory
 //     limit (and the pool watches its resident memory), file size, open files, core files, CPU time.
 // Where the host lacks a protection (no user namespaces for a non-root user), the report says
@@ -64,6 +65,9 @@ struct SandboxReport {
   bool filesystem = false;  ///< mount namespace with the minimal read-only root
   bool seccomp = false;     ///< seccomp filter: no new processes, no sockets but AF_UNIX
   bool unprivileged = false;///< children run without privileges (uid 65534 on a root host, or a user namespace)
+  /// cpu workers run as pid 1 of a pid namespace of their own: no other process is visible to
+  /// them by pid (the host's, the spares', other answers' compilers)
+  bool pid_namespace = false;
   std::string isolation;    ///< "root", "user namespace" or "none": how namespaces were made
   std::vector<std::string> missing;  ///< one line per protection the host lacks, with the reason
   /// One line: "sandbox: network, filesystem, processes (seccomp), unprivileged" or what is missing.

@@ -17,6 +17,7 @@ struct HostIsolation {
   bool root = false;     ///< the zygote runs as root with CAP_SYS_ADMIN (no user namespace needed)
   bool userns = false;   ///< the zygote made a user namespace (non-root host that allows one)
   bool network = false;  ///< the zygote is in a fresh network namespace
+  bool pidns_ok = false; ///< a child of the zygote can make a pid namespace (env/zygote.cpp starts cpu workers in one)
   std::string why_not;   ///< reason namespaces could not be made (empty when they could)
 };
 

@@ -62,36 +62,51 @@ std::string copy_artifact(int fd, int job) {
 std::string mb_text(int64_t bytes) { return std::to_string(bytes >> 20) + " MB"; }
 
 std::atomic<int>* g_memory_flag = nullptr;
+std::atomic<int>* g_fatal_signal = nullptr;
+bool g_pid_one = false;
 
-// On a fatal fault: is there room for 64 MB more? If not, the crash most likely followed a failed
-// allocation; say so on the status page, then die of the same signal (SA_RESETHAND).
-void on_fatal_signal(int) {
-  void* p = mmap(nullptr, size_t(64) << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    if (g_memory_flag) g_memory_flag->store(1);
-  } else {
-    munmap(p, size_t(64) << 20);
+// On a fatal signal: is there room for 64 MB more? If not, the crash most likely followed a failed
+// allocation; say so on the status page. Then die of the same signal (SA_RESETHAND): a fault
+// recurs when the handler returns. A worker that is pid 1 of its own pid namespace cannot die of
+// a signal it sent itself (abort()'s SIGABRT, a raise()): the kernel drops it, so that signal is
+// noted on the status page and the worker exits with 128 + the signal.
+void on_fatal_signal(int sig, siginfo_t* info, void*) {
+  if (g_memory_flag) {
+    void* p = mmap(nullptr, size_t(64) << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      g_memory_flag->store(1);
+    else
+      munmap(p, size_t(64) << 20);
+  }
+  if (info && info->si_code <= 0) {  // sent by a process (SI_USER, SI_TKILL, SI_QUEUE), not a fault
+    if (!g_pid_one) raise(sig);        // SIG_DFL again: it ends the process
+    if (g_fatal_signal) g_fatal_signal->store(sig);
+    _exit(128 + sig);
   }
 }
 
-void install_memory_note_handlers(std::atomic<int>* flag) {
+void install_fatal_signal_handlers(std::atomic<int>* flag, std::atomic<int>* fatal) {
   g_memory_flag = flag;
+  g_fatal_signal = fatal;
+  g_pid_one = getpid() == 1;
   static char altstack[1 << 16];
   stack_t ss{};
   ss.ss_sp = altstack;
   ss.ss_size = sizeof altstack;
   sigaltstack(&ss, nullptr);
   struct sigaction sa {};
-  sa.sa_handler = on_fatal_signal;
-  sa.sa_flags = SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+  sa.sa_sigaction = on_fatal_signal;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL}) sigaction(sig, &sa, nullptr);
 }
 
 }  // namespace
 
 int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, const WorkerContext& ctx) {
-  if (ctx.memory_limit_bytes > 0 && current_launch) install_memory_note_handlers(memory_flag_of(current_launch));
+  if (current_launch && (ctx.memory_limit_bytes > 0 || getpid() == 1))
+    install_fatal_signal_handlers(ctx.memory_limit_bytes > 0 ? memory_flag_of(current_launch) : nullptr,
+                                  fatal_signal_of(current_launch));
   std::pair<void*, size_t> stale{MAP_FAILED, 0};  // the last job's tensors, unmapped at the next job
   for (int job_no = 0;; ++job_no) {
     std::string body;

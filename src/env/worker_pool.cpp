@@ -737,8 +737,12 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
     w.sock = -1;
     const int st = wait_status(w);
     out.failed_launch = running;
-    if (WIFSIGNALED(st)) {
-      out.message = "the code crashed with " + signal_text(WTERMSIG(st)) + launch_text(plan, running);
+    // A worker that is pid 1 of its own pid namespace notes a signal it sent itself and exits
+    // with 128 + it (env/job_frame.hpp fatal_signal_of): reported as the crash it stands for.
+    const int noted = w.current_launch ? fatal_signal_of(w.current_launch)->load() : 0;
+    const bool noted_crash = WIFEXITED(st) && noted > 0 && noted < NSIG && WEXITSTATUS(st) == 128 + noted;
+    if (WIFSIGNALED(st) || noted_crash) {
+      out.message = "the code crashed with " + signal_text(noted_crash ? noted : WTERMSIG(st)) + launch_text(plan, running);
       if (memory_flag_of(w.current_launch)->load() != 0)
         out.message += ", after its memory ran out: an allocation past the worker's memory limit of " +
                        std::to_string(memory_limit_mb_) + " MB beyond its tensors (env.worker_memory_mb) returned NULL";

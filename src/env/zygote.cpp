@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -157,12 +158,90 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
+// Reads a pid_t from `fd` (through EINTR); -1 when the writer closed it first.
+pid_t read_pid(int fd) {
+  pid_t pid = -1;
+  ssize_t n;
+  while ((n = read(fd, &pid, sizeof pid)) < 0 && errno == EINTR) {
+  }
+  return n == static_cast<ssize_t>(sizeof pid) ? pid : -1;
+}
+
+// Like fork_child, but the child is the first process (pid 1) of a pid namespace of its own, so
+// no other process is visible to it by pid. A short-lived child of the zygote unshares
+// CLONE_NEWPID, forks that process (whose pid in the zygote's namespace fork returns), writes
+// that pid to the zygote and exits; the process is then the zygote's (a child subreaper), waited
+// for and killed by that pid like any other child. It waits for the zygote's word that the
+// short-lived child is reaped (so the process is the zygote's already) before child_common() asks
+// for SIGKILL at its parent's death: asked earlier, the short-lived child's exit would send it.
+template <class F>
+json fork_child_in_pid_namespace(const char* op, const std::vector<int>& fds, size_t want_fds, F child) {
+  if (fds.size() != want_fds)
+    return {{"error", std::string(op) + " request needs " + std::to_string(want_fds) + " fds"}};
+  int link[2], go[2];  // link: the new process's pid, to the zygote; go: the zygote's word, to it
+  if (pipe2(link, O_CLOEXEC) != 0) return {{"error", std::string("pipe: ") + std::strerror(errno)}};
+  if (pipe2(go, O_CLOEXEC) != 0) {
+    close(link[0]);
+    close(link[1]);
+    return {{"error", std::string("pipe: ") + std::strerror(errno)}};
+  }
+  const pid_t mid = fork();
+  if (mid < 0) {
+    for (int fd : {link[0], link[1], go[0], go[1]}) close(fd);
+    return {{"error", std::string("fork: ") + std::strerror(errno)}};
+  }
+  if (mid == 0) {
+    close(link[0]);
+    close(go[1]);
+    if (unshare(CLONE_NEWPID) != 0) _exit(1);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(link[1]);
+      setpgid(0, 0);
+      char byte = 0;
+      ssize_t n;
+      while ((n = read(go[0], &byte, 1)) < 0 && errno == EINTR) {
+      }
+      if (n != 1) _exit(1);  // the zygote is gone
+      close(go[0]);
+      child_common();
+      child();
+      _exit(1);
+    }
+    if (pid > 0) {
+      ssize_t w = write(link[1], &pid, sizeof pid);
+      (void)w;
+    }
+    _exit(pid > 0 ? 0 : 1);
+  }
+  close(link[1]);
+  close(go[0]);
+  const pid_t pid = read_pid(link[0]);
+  close(link[0]);
+  while (waitpid(mid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (pid > 0) {
+    ssize_t w = write(go[1], "g", 1);
+    (void)w;
+  }
+  close(go[1]);
+  if (pid <= 0) return {{"error", std::string(op) + ": cannot start a process in a pid namespace of its own"}};
+  return {{"pid", pid}};
+}
+
 json serve_worker(const json& req, std::vector<int>& fds, const HostIsolation& host) {
-  return fork_child("worker", fds, 2, [&] {
+  const std::string spec = req.at("spec").get<std::string>();
+  auto body = [&] {
     devnull_stdio(true);
     place_fds(fds);  // 3 = socket, 4 = status page
-    _exit(worker_process_main(req.at("spec").get<std::string>(), 3, 4, host));
-  });
+    _exit(worker_process_main(spec, 3, 4, host));
+  };
+  // cpu workers (the minimal root: host code of the answer runs in them) get a pid namespace of
+  // their own where the host allows one; cuda workers' driver sees the host's /proc.
+  const json s = json::parse(spec);
+  if (host.pidns_ok && s.value("mode", "off") != "off" && s.value("fs", "") == "minimal")
+    return fork_child_in_pid_namespace("worker", fds, 2, body);
+  return fork_child("worker", fds, 2, body);
 }
 
 json serve_exec(const json& req, std::vector<int>& fds, const HostIsolation& host) {
@@ -317,6 +396,7 @@ int zygote_main(int argc, char** argv) {
   const SandboxReport report = probe_sandbox(host, SandboxMode::auto_);
   host.filesystem_ok = report.filesystem;  // children attempt only what worked in the probe
   host.seccomp_ok = report.seccomp;
+  host.pidns_ok = report.pid_namespace;
   collapse_anonymous_memory();
   if (!send_packet(ctl, json{{"hello", report_to_json(report)}}.dump(), {})) return 1;
   for (;;) {
