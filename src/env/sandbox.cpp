@@ -92,7 +92,7 @@ SandboxReport report_from_json(const std::string& text) {
   r.filesystem = j.at("filesystem").get<bool>();
   r.seccomp = j.at("seccomp").get<bool>();
   r.unprivileged = j.at("unprivileged").get<bool>();
-  r.pid_namespace = j.at("pid_namespace").get<bool>();
+  r.pid_namespace = j.value("pid_namespace", false);  // (absent from a zygote built before it)
   r.isolation = j.at("isolation").get<std::string>();
   r.missing = j.at("missing").get<std::vector<std::string>>();
   return r;
