@@ -131,6 +131,27 @@ int count_processes(const std::string& comm) {
   return n;
 }
 
+// A host process of uid 65534 (what a spare worker, another answer's worker or a compiler child
+// runs as), paused; killed and reaped at scope exit, whatever a REQUIRE in between does.
+struct Victim {
+  pid_t pid = -1;
+  Victim() {
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
+      }
+      for (;;) pause();
+    }
+  }
+  ~Victim() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  Victim(const Victim&) = delete;
+  Victim& operator=(const Victim&) = delete;
+};
+
 bool host_has(bool SandboxReport::*field) {
   SandboxReport r = host_sandbox_report();
   if (!(r.*field)) {
@@ -392,15 +413,8 @@ TEST_CASE("env sandbox: strict refuses a host without every protection, auto run
 TEST_CASE("env sandbox: shrinking the tensor memory, signalling or reaching other processes, System V IPC") {
   if (!host_has(&SandboxReport::seccomp)) return;
   leap::test::TempDir dir;
-  // A host process of uid 65534 (what a compiler child or another worker runs as).
-  pid_t victim = fork();
-  REQUIRE(victim >= 0);
-  if (victim == 0) {
-    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
-    }
-    for (;;) pause();
-  }
-  const std::string v = std::to_string(victim);
+  const Victim victim;
+  const std::string v = std::to_string(victim.pid);
   const std::string body =
       "  for (int fd = 3; fd < 256; ++fd) { struct stat st; if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && ftruncate(fd, 0) == 0) r0 += 1; }\n"
       "  if (kill(" + v + ", SIGKILL) == 0) r0 += 100;\n"
@@ -413,30 +427,14 @@ TEST_CASE("env sandbox: shrinking the tensor memory, signalling or reaching othe
   REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
   CHECK(o.r0 == 0);
   CHECK(o.r1 == 1);  // signals to itself still work
-  CHECK(kill(victim, 0) == 0);  // alive
-  kill(victim, SIGKILL);
-  waitpid(victim, nullptr, 0);
+  CHECK(kill(victim.pid, 0) == 0);  // alive
 }
 
 TEST_CASE("env sandbox: a cpu answer is pid 1 of its own pid namespace, sees no other process by pid, and its abort() is still SIGABRT") {
   if (!host_has(&SandboxReport::pid_namespace)) return;
   leap::test::TempDir dir;
-  // A host process of uid 65534 (what a spare worker or a compiler child runs as).
-  pid_t victim = fork();
-  REQUIRE(victim >= 0);
-  if (victim == 0) {
-    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) {
-    }
-    for (;;) pause();
-  }
-  struct Reap {  // the victim goes whatever a REQUIRE below does
-    pid_t pid;
-    ~Reap() {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  } reap{victim};
-  const std::string v = std::to_string(victim), me = std::to_string(getpid());
+  const Victim victim;
+  const std::string v = std::to_string(victim.pid), me = std::to_string(getpid());
   // Calls the seccomp filter lets through on another pid (they only read): with a pid namespace
   // of its own the kernel finds no such process (ESRCH).
   const std::string body =
