@@ -85,10 +85,10 @@ void on_fatal_signal(int sig, siginfo_t* info, void*) {
   }
 }
 
-void install_fatal_signal_handlers(std::atomic<int>* flag, std::atomic<int>* fatal) {
+void install_fatal_signal_handlers(std::atomic<int>* flag, std::atomic<int>* fatal, bool pid_one) {
   g_memory_flag = flag;
   g_fatal_signal = fatal;
-  g_pid_one = getpid() == 1;
+  g_pid_one = pid_one;
   static char altstack[1 << 16];
   stack_t ss{};
   ss.ss_sp = altstack;
@@ -104,9 +104,10 @@ void install_fatal_signal_handlers(std::atomic<int>* flag, std::atomic<int>* fat
 }  // namespace
 
 int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, const WorkerContext& ctx) {
-  if (current_launch && (ctx.memory_limit_bytes > 0 || getpid() == 1))
+  const bool pid_one = getpid() == 1;  // pid 1 of its own pid namespace (cpu workers)
+  if (current_launch && (ctx.memory_limit_bytes > 0 || pid_one))
     install_fatal_signal_handlers(ctx.memory_limit_bytes > 0 ? memory_flag_of(current_launch) : nullptr,
-                                  fatal_signal_of(current_launch));
+                                  fatal_signal_of(current_launch), pid_one);
   std::pair<void*, size_t> stale{MAP_FAILED, 0};  // the last job's tensors, unmapped at the next job
   for (int job_no = 0;; ++job_no) {
     std::string body;

@@ -106,12 +106,16 @@ void child_common() {
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
+// The reply to a request that came with another number of descriptors than `op` takes.
+json wrong_fd_count(const char* op, size_t want_fds) {
+  return {{"error", std::string(op) + " request needs " + std::to_string(want_fds) + " fds"}};
+}
+
 // Forks a child of the zygote that runs `child` (which must not return) after child_common();
 // the reply names its pid, or why there is none.
 template <class F>
 json fork_child(const char* op, const std::vector<int>& fds, size_t want_fds, F child) {
-  if (fds.size() != want_fds)
-    return {{"error", std::string(op) + " request needs " + std::to_string(want_fds) + " fds"}};
+  if (fds.size() != want_fds) return wrong_fd_count(op, want_fds);
   pid_t pid = fork();
   if (pid < 0) return {{"error", std::string("fork: ") + std::strerror(errno)}};
   if (pid == 0) {
@@ -176,8 +180,7 @@ pid_t read_pid(int fd) {
 // for SIGKILL at its parent's death: asked earlier, the short-lived child's exit would send it.
 template <class F>
 json fork_child_in_pid_namespace(const char* op, const std::vector<int>& fds, size_t want_fds, F child) {
-  if (fds.size() != want_fds)
-    return {{"error", std::string(op) + " request needs " + std::to_string(want_fds) + " fds"}};
+  if (fds.size() != want_fds) return wrong_fd_count(op, want_fds);
   int link[2], go[2];  // link: the new process's pid, to the zygote; go: the zygote's word, to it
   if (pipe2(link, O_CLOEXEC) != 0) return {{"error", std::string("pipe: ") + std::strerror(errno)}};
   if (pipe2(go, O_CLOEXEC) != 0) {
