@@ -2,6 +2,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -139,6 +142,72 @@ TEST_CASE("env timing: results memoised between calls are wrong_output (inputs c
       "  if (used < 64) keys[used++] = h;\n" + std::string(kCompute));
   CAPTURE(by_hash.feedback);
   CHECK(by_hash.verdict == env::Verdict::correct);
+}
+
+TEST_CASE("env timing: no result of an earlier call helps a later one, normal inputs (Taylor step) or uniform ones") {
+  // Issue "Environment V" item 5, found again by a red team: flipping only the lowest 15 mantissa
+  // bits kept every element within 2^-8 of its value, so an answer that kept x, tanh(x) and its
+  // derivatives answered with a second-order Taylor step (4.3x unflagged against an honest 0.18x),
+  // and uniform inputs got only sparse block rewrites (exact caching of the unchanged blocks:
+  // 5.3x). These answers compute honestly, but count the elements where the shortcut was
+  // available, and give a wrong output when it was for more than half of a call's elements:
+  // correct means the shortcut was (almost) never there.
+  const std::string taylor = R"CODE(
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+extern "C" void tanh_fwd(const float* x, float* y, int64_t n) {
+  static const float* seen[8] = {}; static float* last[8] = {};
+  int k = 0; while (k < 8 && seen[k] && seen[k] != x) ++k;
+  int64_t reusable = 0;
+  if (k < 8 && seen[k] == x)
+    for (int64_t i = 0; i < n; ++i) { uint32_t a, b; std::memcpy(&a, &x[i], 4); std::memcpy(&b, &last[k][i], 4); reusable += (a >> 16) == (b >> 16); }
+  else if (k < 8) { seen[k] = x; last[k] = new float[n]; }
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+  if (k < 8) std::memcpy(last[k], x, n * sizeof(float));
+  if (2 * reusable > n) y[0] = 12345.0f;
+}
+)CODE";
+  auto r = grade("tanh", "```cpp\n" + taylor + "```\n```yaml\nlaunches:\n  - kernel: tanh_fwd\n    args: [x, y, numel(x)]\n```\n", 1, 5);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::correct);
+
+  // A uniform input (KernelBench's torch.rand): every element is drawn afresh for each call.
+  test::TempDir dir;
+  std::ifstream in(kStarter + "/relu/task.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string normal = "init: {normal: {mean: 0, std: 1}}";
+  REQUIRE(yaml.find(normal) != std::string::npos);
+  yaml.replace(yaml.find(normal), normal.size(), "init: {uniform: {low: -1, high: 1}}");
+  std::filesystem::create_directories(dir.path / "relu_u");
+  dir.write("relu_u/task.yaml", yaml);
+  config::EnvConfig e;
+  e.workers = 1;
+  e.seeds = 2;
+  e.cache_dir = (dir.path / "cache").string();
+  e.timing.warmup = 1;
+  e.timing.trials = 5;
+  e.timing.max_seconds = 0;
+  auto env = cli::make_environment(e, "cpu");
+  env::RuntimeTask task(tasks::load_task((dir.path / "relu_u").string()), "cpu");
+  auto u = env->verifier->evaluate(task, relu_answer(R"CODE(
+#include <cstring>
+extern "C" void relu(const float* x, float* y, int64_t n) {
+  static const float* seen[8] = {}; static float* last[8] = {};
+  int k = 0; while (k < 8 && seen[k] && seen[k] != x) ++k;
+  int64_t same = 0;
+  if (k < 8 && seen[k] == x)
+    for (int64_t i = 0; i < n; ++i) same += std::memcmp(&x[i], &last[k][i], 4) == 0;
+  else if (k < 8) { seen[k] = x; last[k] = new float[n]; }
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;
+  if (k < 8) std::memcpy(last[k], x, n * sizeof(float));
+  if (2 * same > n) y[0] = 12345.0f;
+}
+)CODE"));
+  CAPTURE(u.feedback);
+  CHECK(u.verdict == env::Verdict::correct);
 }
 
 TEST_CASE("env timing: every call of a suspicious result is checked when it is re-measured") {

@@ -557,7 +557,7 @@ TEST_CASE("env timing: between timed calls every element of a floating input cha
   CHECK(r.verdict == env::Verdict::correct);
 }
 
-TEST_CASE("env timing: perturb_input changes floats a little, keeps sign and binade, and never drifts") {
+TEST_CASE("env timing: perturb_input redraws every float, keeping sign and binade (normal) or range (uniform)") {
   std::vector<float> f = {1.0f, -3.14159f, 0.0f, 1e-40f, INFINITY, NAN, 12345.678f, 2.0f, 0.1f, -0.1f};
   const std::vector<float> before = f;
   env::perturb_input(42, 3, 0, env::DType::float32, f.data(), f.size());
@@ -565,30 +565,89 @@ TEST_CASE("env timing: perturb_input changes floats a little, keeps sign and bin
   CHECK(std::memcmp(&f[3], &before[3], 4) == 0);  // subnormal
   CHECK(std::isinf(f[4]));
   CHECK(std::isnan(f[5]));
-  for (size_t i : {size_t(0), size_t(1), size_t(6), size_t(7), size_t(8), size_t(9)}) {
-    CHECK(std::abs(f[i] - before[i]) < std::abs(before[i]) / 256);
+  for (int run = 0; run < 1000; ++run) env::perturb_input(42, run, 0, env::DType::float32, f.data(), f.size());
+  for (size_t i : {size_t(0), size_t(1), size_t(6), size_t(7), size_t(8), size_t(9)}) {  // a job of 1000 runs
     CHECK(std::signbit(f[i]) == std::signbit(before[i]));
     CHECK(std::ilogb(f[i]) == std::ilogb(before[i]));
   }
-  env::perturb_input(42, 3, 0, env::DType::float32, f.data(), f.size());  // its own inverse
-  CHECK(std::memcmp(f.data(), before.data(), f.size() * sizeof(float)) == 0);
-  for (int run = 0; run < 1000; ++run) env::perturb_input(42, run, 0, env::DType::float32, f.data(), f.size());
-  for (size_t i : {size_t(0), size_t(1), size_t(6), size_t(7), size_t(8), size_t(9)})  // a job of 1000 runs
-    CHECK(std::abs(f[i] - before[i]) < std::abs(before[i]) / 256);
-  // Deterministic, and different for another run or position.
-  std::vector<float> a(4096), b, c;
+  // Every mantissa bit is redrawn, the high ones too: a Taylor step from the last call's value is
+  // useless (the first version flipped only the 15 lowest bits, under 2^-8 of the value).
+  std::vector<float> a(4096);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.3f + 0.001f * static_cast<float>(i);
-  b = a;
-  c = a;
-  std::vector<float> d = a;
+  std::vector<float> b = a, c = a, d = a;
   env::perturb_input(7, 1, 2, env::DType::float32, b.data(), b.size());
   env::perturb_input(7, 1, 2, env::DType::float32, c.data(), c.size());
   env::perturb_input(7, 2, 2, env::DType::float32, d.data(), d.size());
-  CHECK(b == c);
-  CHECK(b != d);
+  CHECK(b == c);  // deterministic
+  CHECK(b != d);  // another run, other values
+  size_t top_changed = 0;
+  double rel = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    uint32_t ua, ub;
+    std::memcpy(&ua, &a[i], 4);
+    std::memcpy(&ub, &b[i], 4);
+    top_changed += (ua >> 16) != (ub >> 16);  // sign, exponent and the 7 highest mantissa bits
+    rel += std::abs(b[i] - a[i]) / std::abs(a[i]);
+    CHECK(std::ilogb(b[i]) == std::ilogb(a[i]));
+  }
+  CHECK(top_changed > a.size() * 95 / 100);
+  CHECK(rel / static_cast<double>(a.size()) > 0.15);  // a uniform mantissa: about 0.23 on average here
+  // bfloat16: all 7 mantissa bits.
+  std::vector<uint16_t> h(1024, 0x3FC0);  // 1.5
+  env::perturb_input(7, 1, 0, env::DType::bfloat16, h.data(), h.size());
+  size_t h_changed = 0;
+  for (uint16_t v : h) {
+    CHECK((v >> 7) == (0x3FC0 >> 7));  // sign and exponent
+    h_changed += v != 0x3FC0;
+  }
+  CHECK(h_changed > 1000);
+
+  // Uniform inputs: fresh values in [low, high), unrelated to the old ones, for every dtype.
+  const env::UniformBounds u{-1.0, 1.0};
+  std::vector<float> x(8192);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = -1.0f + 2.0f * static_cast<float>(i) / static_cast<float>(x.size());
+  std::vector<float> y = x;
+  env::perturb_input(9, 4, 1, env::DType::float32, y.data(), y.size(), &u);
+  double mean = 0, cov = 0;
   size_t changed = 0;
-  for (size_t i = 0; i < a.size(); ++i) changed += a[i] != b[i];
-  CHECK(changed > a.size() * 95 / 100);
+  for (size_t i = 0; i < x.size(); ++i) {
+    CHECK(y[i] >= -1.0f);
+    CHECK(y[i] < 1.0f);
+    mean += y[i];
+    cov += static_cast<double>(x[i]) * y[i];
+    changed += x[i] != y[i];
+  }
+  mean /= static_cast<double>(x.size());
+  cov /= static_cast<double>(x.size());
+  CHECK(changed == x.size());
+  CHECK(std::abs(mean) < 0.05);  // uniform on [-1, 1): mean 0, sd of the mean 0.0064
+  CHECK(std::abs(cov) < 0.05);   // unrelated to the old values (they had variance 1/3)
+  std::vector<double> x64(1024, 0.5);
+  const env::UniformBounds u01{0.0, 1.0};
+  env::perturb_input(9, 4, 1, env::DType::float64, x64.data(), x64.size(), &u01);
+  for (double v : x64) {
+    CHECK(v >= 0.0);
+    CHECK(v < 1.0);
+  }
+  std::vector<uint16_t> b16(1024, 0x3F00), f16(1024, 0x3800);  // 0.5 in bfloat16 and float16
+  env::perturb_input(9, 4, 1, env::DType::bfloat16, b16.data(), b16.size(), &u01);
+  env::perturb_input(9, 4, 1, env::DType::float16, f16.data(), f16.size(), &u01);
+  size_t b16_changed = 0, f16_changed = 0;
+  for (size_t i = 0; i < b16.size(); ++i) {
+    uint32_t bits = static_cast<uint32_t>(b16[i]) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    CHECK(v >= 0.0f);
+    CHECK(v < 1.0f);
+    b16_changed += b16[i] != 0x3F00;
+    _Float16 hv;
+    std::memcpy(&hv, &f16[i], 2);
+    CHECK(static_cast<float>(hv) >= 0.0f);
+    CHECK(static_cast<float>(hv) < 1.0f);
+    f16_changed += f16[i] != 0x3800;
+  }
+  CHECK(b16_changed > 900);
+  CHECK(f16_changed > 1000);
   std::vector<int64_t> ints = {1, 2, 3};
   env::perturb_input(7, 1, 2, env::DType::int64, ints.data(), ints.size());
   CHECK(ints == std::vector<int64_t>{1, 2, 3});

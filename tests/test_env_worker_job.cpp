@@ -53,7 +53,8 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   req.rotations = {{0, 1}, {2, 3}};
   req.rewrite_seed = 0xDEADBEEFCAFEull;
   req.rewrite_inputs = {0};
-  req.perturb_inputs = {0};
+  req.perturb_inputs = {0, 1};
+  req.perturb_bounds = {env::UniformBounds{}, env::UniformBounds{-0.1, 0.7}};
   req.warmup_ms = 3;
   req.min_timed_ms = 4;
   req.profile_launches = true;
@@ -74,6 +75,11 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   CHECK(job.request.rotations == req.rotations);
   CHECK(job.request.rewrite_seed == req.rewrite_seed);
   CHECK(job.request.perturb_inputs == req.perturb_inputs);
+  REQUIRE(job.request.perturb_bounds.size() == 2);
+  CHECK(job.request.perturb_bounds_of(0) == nullptr);  // unbounded
+  REQUIRE(job.request.perturb_bounds_of(1) != nullptr);
+  CHECK(job.request.perturb_bounds_of(1)->low == -0.1);  // exact: JSON keeps a double
+  CHECK(job.request.perturb_bounds_of(1)->high == 0.7);
   CHECK(job.request.profile_launches);
   CHECK(job.request.snapshots.size() == 2);
   CHECK(job.request.snapshots[1].run == 5);

@@ -13,6 +13,7 @@
 
 #include "env/binding.hpp"
 #include "env/extract.hpp"
+#include "env/input_rewrite.hpp"
 #include "env/launch_plan.hpp"
 #include "env/verdict.hpp"
 
@@ -75,9 +76,17 @@ struct RunRequest {
   /// the run's set are rewritten in place from this secret seed (env/input_rewrite.hpp).
   uint64_t rewrite_seed = 0;
   std::vector<int> rewrite_inputs;  ///< input positions (in a rotation) the rewrites may change
-  /// Floating input positions (in a rotation) whose every element changes a little before each
-  /// run, after the block rewrites (env/input_rewrite.hpp perturb_input); cpu backend.
+  /// Floating input positions (in a rotation) whose every element changes before each run, after
+  /// the block rewrites (env/input_rewrite.hpp perturb_input); cpu backend.
   std::vector<int> perturb_inputs;
+  /// Parallel to `perturb_inputs`: the range of a uniform input (fresh values in [low, high));
+  /// high <= low: an unbounded one (every mantissa bit flipped at random). Empty: all unbounded.
+  std::vector<UniformBounds> perturb_bounds;
+
+  /// The uniform range of perturb_inputs[k], or nullptr when it is unbounded.
+  const UniformBounds* perturb_bounds_of(size_t k) const {
+    return k < perturb_bounds.size() && perturb_bounds[k].high > perturb_bounds[k].low ? &perturb_bounds[k] : nullptr;
+  }
   /// Set (env.profile_feedback): a backend that can time each launch of a multi-launch plan does
   /// so in the untimed warm-up runs (cuda: events between launches) and reports
   /// RunOutcome::launch_ms; the timed trials are never touched. Feedback only, never a reward.

@@ -381,10 +381,11 @@ void prepare_run(const BoundPlan& plan, const std::vector<void*>& tensors, const
     if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
   }
   apply_rewrites(rewrites_for_run(request, targets, run), tensors);
-  for (int p : request.perturb_inputs) {  // every element changes: no result of an earlier call stays useful
+  for (size_t k = 0; k < request.perturb_inputs.size(); ++k) {  // every element changes: no result of an earlier call stays useful
+    const int p = request.perturb_inputs[k];
     const size_t ti = rotated_tensor(request, rot, p);
     perturb_input(request.rewrite_seed, run, p, plan.tensors.at(ti).dtype, tensors.at(ti),
-                  static_cast<size_t>(plan.tensors.at(ti).numel()));
+                  static_cast<size_t>(plan.tensors.at(ti).numel()), request.perturb_bounds_of(k));
   }
 }
 

@@ -47,18 +47,27 @@ void Evaluation::plan_timing() {
             ->inputs);
   }
   // Rewritten (block copies): every input but fixed values (the problem's weights). Perturbed as
-  // well, on the cpu backend: every element of a normal floating input changes a little for each
-  // run (env/input_rewrite.hpp perturb_input), unless it must keep its declared distribution
-  // exactly (`strict`), so code that keeps the last inputs and recomputes only what changed has
-  // nothing left to skip. (Uniform inputs, whose bounds a perturbation could cross, and the cuda
-  // backend: block rewrites only.)
+  // well, on the cpu backend: every element of a floating input changes for each run
+  // (env/input_rewrite.hpp perturb_input: a normal input's mantissas redrawn, a uniform input's
+  // values drawn afresh in its range), unless it must keep its declared distribution exactly
+  // (`strict`), so neither a result kept from an earlier call nor a step from it (Taylor) is of
+  // any use. (Integer-valued inputs, `strict` ones and the cuda backend: block rewrites only.)
+  const auto& sizes = task_.interface().sizes;
   for (size_t i = 0; i < n_in_; ++i) {
     const tasks::InitSpec& init = task_.spec().inputs[i].init;
     if (init.kind != tasks::InitSpec::Kind::file) rewrite_inputs_.push_back(static_cast<int>(i));
     const DType dt = bound_.tensors[i].dtype;
     const bool floating = dt == DType::float32 || dt == DType::float64 || dt == DType::float16 || dt == DType::bfloat16;
-    const bool unbounded = init.kind == tasks::InitSpec::Kind::normal || init.kind == tasks::InitSpec::Kind::none;
-    if (reference_on_device_ && floating && unbounded && !init.strict) perturb_inputs_.push_back(static_cast<int>(i));
+    if (!reference_on_device_ || !floating || init.strict || init.seed) continue;
+    if (init.kind == tasks::InitSpec::Kind::normal || init.kind == tasks::InitSpec::Kind::none) {
+      perturb_inputs_.push_back(static_cast<int>(i));
+      perturb_bounds_.push_back(UniformBounds{});
+    } else if (init.kind == tasks::InitSpec::Kind::uniform) {
+      const UniformBounds b{tasks::InitSpec::value(init.a, sizes), tasks::InitSpec::value(init.b, sizes)};
+      if (!(b.high > b.low)) continue;  // a constant: nothing to draw
+      perturb_inputs_.push_back(static_cast<int>(i));
+      perturb_bounds_.push_back(b);
+    }
   }
   planned_runs_ = std::max(std::max(0, o_.warmup) + o_.trials, R);
   // The most runs a job can make without warmup_ms (trials go on to min_timed_ms, at most 100 x).
@@ -112,6 +121,7 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   treq.rewrite_seed = secret;
   treq.rewrite_inputs = rewrite_inputs_;
   treq.perturb_inputs = perturb_inputs_;
+  treq.perturb_bounds = perturb_bounds_;
   // Only some runs checked (a CPU-time check job, or outputs too large to keep every run's): on
   // the cpu backend the parent copies them into its own memory, so code in the worker can neither
   // read which runs are checked nor rewrite a copy, and the parent counts the runs made
@@ -185,9 +195,11 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
     std::vector<void*> ptrs;
     for (auto& x : state[set]) ptrs.push_back(x.data_ptr());
     apply_rewrites(input_rewrites(secret, t, targets), ptrs);
-    for (int p : treq.perturb_inputs) {
+    for (size_t k = 0; k < treq.perturb_inputs.size(); ++k) {
+      const int p = treq.perturb_inputs[k];
       const BoundTensor& bt = bound_.tensors[static_cast<size_t>(p)];
-      perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()));
+      perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()),
+                    treq.perturb_bounds_of(k));
     }
     const Snapshot* snap = snapshot_for_run(treq, t);
     if (!snap || t == last_run[set]) continue;  // each set's last: below

@@ -203,6 +203,7 @@ class Evaluation {
   EvalResult ok_;                                     ///< the correct result, details added as timing goes
   std::vector<std::vector<torch::Tensor>> set_inputs_;  ///< the timing sets' inputs
   std::vector<int> rewrite_inputs_, perturb_inputs_;
+  std::vector<UniformBounds> perturb_bounds_;  ///< parallel to perturb_inputs_ (RunRequest::perturb_bounds)
   int planned_runs_ = 0, max_runs_ = 0;
   size_t out_bytes_ = 0;                ///< one set's outputs
   std::string reference_device_ = "cpu";

@@ -41,18 +41,27 @@ std::vector<BlockCopy> input_rewrites(uint64_t seed, int run, const std::vector<
 /// Applies `copies` to host memory: `inputs[c.input]` is the base of input c.input.
 void apply_rewrites(const std::vector<BlockCopy>& copies, const std::vector<void*>& inputs);
 
-/// Changes every element of a floating input a little for run `run` of a timing job with rewrite
-/// seed `seed` (issue "Environment V": the sparse block rewrites let code that keeps the last
-/// inputs recompute only the blocks that changed, 9.3x unflagged on a compute-heavy chain). Each
-/// element of `data` (`numel` elements of `dtype`) gets a random subset of its lowest mantissa
-/// bits flipped (float32: 15 of 23 bits, float64: 44 of 52, float16: 3 of 10, bfloat16: 2 of 7),
-/// drawn from (seed, run, `position`): about 99% of float32 elements change, each by less than
-/// 2^-8 of its magnitude (bfloat16: 2^-5), keeping its sign and binade. Zeros, subnormals,
-/// infinities and NaNs are unchanged; other dtypes are left alone. Applied run after run, the
-/// flips accumulate only in those low bits: an element never leaves 2^-8 (float32) of the value
-/// it had before the job, whatever the number of runs. The verifier perturbs only inputs of an
-/// unbounded declared distribution (normal; a uniform input could cross its bound). Deterministic
-/// in its arguments: the worker applies it to a job's buffers, the verifier to copies of them.
-void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel);
+/// The declared range of a `uniform` input, [low, high): a perturbation draws fresh values in it.
+struct UniformBounds {
+  double low = 0;
+  double high = 0;
+};
+
+/// Changes every element of a floating input for run `run` of a timing job with rewrite seed
+/// `seed`, so that no result of an earlier call stays useful (issue "Environment V"; docs/env.md
+/// "Timing"). Each element of `data` (`numel` elements of `dtype`) is drawn afresh from
+/// (seed, run, `position`, its index):
+/// - without `bounds` (an unbounded declared distribution: normal): every mantissa bit is
+///   XOR-ed with a random bit, so the element keeps its sign and binade (within a factor of 2 of
+///   its old value, whatever the number of runs) and its mantissa is uniform in the binade.
+///   Flipping only the lowest bits (2^-8 of the value, the first version) let code keep x, f(x)
+///   and f'(x) and answer with a Taylor step (4.3x unflagged on tanh against an honest 0.18x).
+///   Zeros, subnormals, infinities and NaNs are unchanged.
+/// - with `bounds` (a uniform input): a fresh value low + (high - low) * u, u uniform in [0, 1),
+///   rounded to the dtype; where rounding leaves [low, high) the element is left as it was.
+/// Other dtypes are left alone. Deterministic in its arguments: the worker applies it to a job's
+/// buffers, the verifier to copies of them.
+void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel,
+                   const UniformBounds* bounds = nullptr);
 
 }  // namespace leap::env

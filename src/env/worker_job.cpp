@@ -92,6 +92,7 @@ std::string encode_job(const Artifact& artifact, const BoundPlan& plan, const Ru
               {"min_timed_ms", request.min_timed_ms},
               {"rewrite_inputs", request.rewrite_inputs},
               {"perturb_inputs", request.perturb_inputs},
+              {"perturb_bounds", json::array()},
               {"profile_launches", request.profile_launches},
               {"parent_snapshots", request.parent_snapshots},
               {"report_every", request.report_every},
@@ -99,6 +100,7 @@ std::string encode_job(const Artifact& artifact, const BoundPlan& plan, const Ru
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
               {"guards", layout.guards}};
+  for (const UniformBounds& b : request.perturb_bounds) job["perturb_bounds"].push_back(json::array({b.low, b.high}));
   if (!request.parent_snapshots)  // else the list stays in the parent: the worker never learns which runs are checked
     for (const Snapshot& snap : request.snapshots) job["snapshots"].push_back(json::array({snap.run, snap.copies}));
   if (request.reference)
@@ -126,6 +128,8 @@ WorkerJob decode_job(std::string_view body) {
   req.min_timed_ms = job.at("min_timed_ms").get<double>();
   req.rewrite_inputs = job.at("rewrite_inputs").get<std::vector<int>>();
   req.perturb_inputs = job.value("perturb_inputs", std::vector<int>{});
+  if (job.contains("perturb_bounds"))
+    for (const auto& b : job.at("perturb_bounds")) req.perturb_bounds.push_back({b.at(0).get<double>(), b.at(1).get<double>()});
   req.profile_launches = job.value("profile_launches", false);
   req.parent_snapshots = job.value("parent_snapshots", false);
   req.report_every = job.value("report_every", 1);
