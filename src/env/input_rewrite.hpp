@@ -49,18 +49,17 @@ struct UniformBounds {
 
 /// Changes every element of a floating input for run `run` of a timing job with rewrite seed
 /// `seed`, so that no result of an earlier call stays useful (issue "Environment V"; docs/env.md
-/// "Timing"). Each element of `data` (`numel` elements of `dtype`) is drawn afresh from
-/// (seed, run, `position`, its index):
-/// - without `bounds` (an unbounded declared distribution: normal): every mantissa bit is
-///   XOR-ed with a random bit, so the element keeps its sign and binade (within a factor of 2 of
-///   its old value, whatever the number of runs) and its mantissa is uniform in the binade.
-///   Flipping only the lowest bits (2^-8 of the value, the first version) let code keep x, f(x)
-///   and f'(x) and answer with a Taylor step (4.3x unflagged on tanh against an honest 0.18x).
-///   Zeros, subnormals, infinities and NaNs are unchanged.
-/// - with `bounds` (a uniform input): a fresh value low + (high - low) * u, u uniform in [0, 1),
-///   rounded to the dtype; where rounding leaves [low, high) the element is left as it was.
-/// Other dtypes are left alone. Deterministic in its arguments: the worker applies it to a job's
-/// buffers, the verifier to copies of them.
+/// "Timing"): every mantissa bit of each element of `data` (`numel` elements of `dtype`) is
+/// XOR-ed with a random bit drawn from (seed, run, `position`, its index), so the element keeps
+/// its sign and binade (within a factor of 2 of its old value, whatever the number of runs) and
+/// its mantissa is uniform in the binade. Flipping only the lowest bits (2^-8 of the value, the
+/// first version) let code keep x, f(x) and f'(x) and answer with a Taylor step (4.3x unflagged
+/// on tanh against an honest 0.18x). With `bounds` (a uniform input) a redrawn value is kept only
+/// inside [low, high) (else the element stays as it was): a binade wholly inside always changes,
+/// so a uniform input stays uniform. Zeros, subnormals, infinities and NaNs are unchanged; other
+/// dtypes are left alone. A few multiplies an element, vectorised for float32 (a fresh draw of
+/// each value was 1.9 ns an element: 16 ms a run on a 33-MB KernelBench input). Deterministic in
+/// its arguments: the worker applies it to a job's buffers, the verifier to copies of them.
 void perturb_input(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel,
                    const UniformBounds* bounds = nullptr);
 
