@@ -210,6 +210,21 @@ extern "C" void relu(const float* x, float* y, int64_t n) {
   CHECK(u.verdict == env::Verdict::correct);
 }
 
+TEST_CASE("env verifier: a NaN the code computed is not blamed on an element left unwritten") {
+  // Found by a new user on KernelBench's softmax: a version without the max subtraction made
+  // inf/inf (x86's default NaN, sign bit set), and the feedback said the element "was probably
+  // never written". Only the pre-fill's exact bits say that now.
+  auto computed = grade_relu("  for (int64_t i = 0; i < n; ++i) { float z = x[i] - x[i]; y[i] = z / z; }");
+  CAPTURE(computed.feedback);
+  CHECK(computed.verdict == env::Verdict::wrong_output);
+  CHECK(computed.feedback.find("a NaN the code computed") != std::string::npos);
+  CHECK(computed.feedback.find("never written") == std::string::npos);
+  auto unwritten = grade_relu("  for (int64_t i = 0; i + 1 < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;");
+  CAPTURE(unwritten.feedback);
+  CHECK(unwritten.verdict == env::Verdict::wrong_output);
+  CHECK(unwritten.feedback.find("probably never written") != std::string::npos);
+}
+
 TEST_CASE("env timing: every call of a suspicious result is checked when it is re-measured") {
   // Passes the correctness calls (the first two of its process), then computes only on the
   // calls it guesses are the last of each input set in the first timing job (12 runs over 3

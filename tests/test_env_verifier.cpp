@@ -456,8 +456,14 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
   auto r0 = leap::test::run_leap("--db " + db + " eval --format json --tasks tasks/starter --solutions " + (dir.path / "sol").string() + common);
   CAPTURE(r0.out);
   CHECK(contains(r0.out, "\"verdict\": \"correct\""));
-  auto r = leap::test::run_leap("--db " + db + " eval --tasks tasks/starter --solutions " + (dir.path / "sol").string() + common);
+  // --bench NAME is the same as --tasks DIR (a new user on KernelBench found it refused with --solutions).
+  auto r = leap::test::run_leap("--db " + db + " eval --bench starter --solutions " + (dir.path / "sol").string() + common);
   CAPTURE(r.out);
+  CAPTURE(r.err);
+  auto both = leap::test::run_leap("--db " + db + " eval --bench starter --tasks tasks/starter --solutions " +
+                                   (dir.path / "sol").string() + common);
+  CHECK(both.rc == 2);
+  CHECK(contains(both.err, "one of --bench NAME and --tasks DIR"));
   CAPTURE(r.err);
   CHECK(r.rc == 0);
   CHECK(contains(r.out, "a_good.md"));
@@ -476,7 +482,10 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
     CHECK(m["tasks"] == 29);
     CHECK(m["acc"][0].get<double>() == doctest::Approx(0.5 / 29));
     CHECK(m["compile_rate"].get<double>() == doctest::Approx(2.0 / 3));  // the format_error did not compile
-    CHECK(m["pass_at_k"]["pass@2"].get<double>() == doctest::Approx(1.0 / 28));  // tasks with 2 samples or none
+    // pass@2: softmax_rows 1 (1 of 2 correct), relu its pass@1 (0: one sample, wrong), 27 tasks 0;
+    // never below pass@1 (tasks with fewer than k samples used to be left out of pass@k alone)
+    CHECK(m["pass_at_k"]["pass@2"].get<double>() == doctest::Approx(1.0 / 29));
+    CHECK(m["pass_at_k"]["pass@1"].get<double>() == doctest::Approx(0.5 / 29));
   }
   CHECK(contains(r.out, "acc@1"));
   {

@@ -204,7 +204,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--config", o->config, "experiment YAML for sampling and environment settings");
   cmd->add_option("--set", o->sets, "override one config key (repeatable)")->type_name("KEY.PATH=VALUE");
   cmd->add_option("--bench", m.bench, "kernelbench, starter, or a task-set folder");
-  cmd->add_option("--tasks", o->tasks, "task-set folder (with --solutions)");
+  cmd->add_option("--tasks", o->tasks, "task-set folder (the same as --bench DIR)");
   cmd->add_option("--solutions", o->solutions, "score saved answers laid out as <dir>/<task>/<name>.md");
   cmd->add_option("--model", m.model, "Hugging Face checkpoint folder to sample from");
   cmd->add_option("--run", m.run, "evaluate run RUN_ID's checkpoint");
@@ -223,23 +223,26 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--save-answers", m.save_answers,
                   "with --model/--run: save every answer to a new folder as <task>/s<sample>_t<turn>.md");
   return [o, &g]() -> int {
-    const ModelEvalArgs& m = o->m;
+    ModelEvalArgs m = o->m;
     if (m.bench.empty() && o->tasks.empty()) throw UsageError("leap eval: give --bench NAME or --tasks DIR");
+    if (!m.bench.empty() && !o->tasks.empty())
+      throw UsageError("leap eval: give one of --bench NAME and --tasks DIR (--tasks DIR is --bench DIR)");
+    // --bench NAME|DIR and --tasks DIR name the same thing: a task-set folder.
+    const std::string tasks_dir = o->tasks.empty() ? bench_dir(m.bench) : o->tasks;
+    if (m.bench.empty()) m.bench = o->tasks;
     int sources = !o->solutions.empty() + !m.model.empty() + !m.run.empty();
     if (sources != 1) throw UsageError("leap eval: give exactly one of --solutions DIR, --model PATH, --run RUN_ID");
     if (!o->config.empty()) config::load_experiment(o->config, o->sets);  // validates, exit 2 on errors
     if (!o->solutions.empty()) {
-      if (o->tasks.empty()) throw UsageError("leap eval: --solutions needs --tasks DIR");
       if (!m.save_answers.empty()) throw UsageError("leap eval: --save-answers goes with --model or --run");
       // Flags of sampling and task selection mean nothing for saved answers: refused, not ignored.
       for (const auto& [flag, set] : {std::pair<const char*, bool>{"--limit", m.limit > 0}, {"--turns", m.turns > 0},
                                       {"--samples", m.samples > 0}, {"--levels", !m.levels.empty()},
                                       {"--split", !m.split.empty()}, {"--checkpoint", m.checkpoint >= 0}})
         if (set) throw UsageError(std::string("leap eval: ") + flag + " goes with --model or --run (--solutions grades every answer file given)");
-      return eval_solutions(o->tasks, o->solutions, m.backend, m.format, experiment_from_flags(o->config, o->sets), g,
+      return eval_solutions(tasks_dir, o->solutions, m.backend, m.format, experiment_from_flags(o->config, o->sets), g,
                             m.full_size);
     }
-    if (m.bench.empty()) throw UsageError("leap eval: --model and --run need --bench NAME|DIR");
     return eval_model(m, experiment_from_flags(o->config, o->sets), g);
   };
 }

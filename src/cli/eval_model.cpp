@@ -34,8 +34,6 @@ namespace leap::cli {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 std::string bench_dir(const std::string& bench) {
   if (fs::is_directory(bench)) return bench;
   for (const fs::path& base : {fs::path("tasks"), fs::path(LEAP_SOURCE_DIR) / "tasks"})
@@ -45,6 +43,8 @@ std::string bench_dir(const std::string& bench) {
                      "`leap tasks import kernelbench KB_DIR --out tasks/kernelbench`");
   throw UsageError("leap eval --bench " + bench + ": not a task-set folder, and no tasks/" + bench);
 }
+
+namespace {
 
 std::vector<int64_t> parse_levels(const std::string& text) {
   std::vector<int64_t> out;

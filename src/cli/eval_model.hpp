@@ -28,6 +28,10 @@ struct ModelEvalArgs {
   std::string save_answers;
 };
 
+/// The task-set folder of `--bench NAME|DIR`: DIR itself, or tasks/NAME (from the working folder,
+/// then the source tree). Throws UsageError (with the import command for kernelbench) when none.
+std::string bench_dir(const std::string& bench);
+
 /// Runs the evaluation, prints the table (or JSON), stores it. Returns the exit status.
 /// Throws UsageError for a missing bench, model or run, leap::Error for broken inputs.
 int eval_model(const ModelEvalArgs& args, config::Experiment exp, const GlobalOptions& g);

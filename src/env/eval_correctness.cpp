@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "env/evaluation.hpp"
+#include "env/poison.hpp"
 #include "env/reference.hpp"
 #include "env/reference_cache.hpp"
 
@@ -25,7 +26,7 @@ namespace {
 
 /// The feedback of output `bt` differing from the reference beyond tolerance.
 std::string wrong_output_text(const BoundTensor& bt, const Comparison& c, const tasks::Tolerance& tol,
-                              const torch::Tensor& ref, const std::string& when) {
+                              const torch::Tensor& got, const torch::Tensor& ref, const std::string& when) {
   std::ostringstream s;
   s << "wrong output " << when << ": output '" << bt.name << "' (shape [";
   for (size_t d = 0; d < bt.shape.size(); ++d) s << (d ? ", " : "") << bt.shape[d];
@@ -34,8 +35,15 @@ std::string wrong_output_text(const BoundTensor& bt, const Comparison& c, const 
   s << "max abs error: " << fmt_num(c.max_abs_error) << " at index " << index_text(c.max_index, bt.shape) << "\n";
   s << "first bad index: " << index_text(c.first_bad, bt.shape) << ": expected " << fmt_num(c.first_expected)
     << ", got " << fmt_num(c.first_got);
+  // The pre-fill's exact bits (a NaN the code computed, such as 0/0 or inf/inf, is not blamed on
+  // an element left unwritten).
+  const torch::Tensor flat = got.contiguous().reshape({-1});
+  const bool prefill = c.first_bad >= 0 && c.first_bad < flat.numel() &&
+                       is_poison(static_cast<const char*>(flat.data_ptr()) + c.first_bad * flat.element_size(), bt.dtype);
   if (std::isnan(c.first_got) && !std::isnan(c.first_expected))
-    s << " (NaN: outputs are pre-filled with NaN, so this element was probably never written)";
+    s << (prefill ? " (NaN: outputs are pre-filled with NaN, so this element was probably never written)"
+                  : " (a NaN the code computed, not the pre-fill's: look for 0/0, inf - inf or inf/inf, such as an "
+                    "exp that overflowed)");
   else if (!at::isFloatingType(ref.scalar_type()) && c.first_got != c.first_expected &&
            (c.first_got == static_cast<double>(std::numeric_limits<int64_t>::min()) || c.first_got == 165.0))
     s << " (the pre-fill sentinel: this element was probably never written)";
@@ -77,7 +85,7 @@ std::optional<EvalResult> Evaluation::check_output_values(const std::vector<torc
     const BoundTensor& bt = bound_.tensors[n_in_ + j];
     Comparison c = compare_output(got.at(j), refs[j], tol.atol, tol.rtol, declared_rms_[j]);
     if (c.ok) continue;
-    EvalResult r = fail(Verdict::wrong_output, wrong_output_text(bt, c, tol, refs[j], when));
+    EvalResult r = fail(Verdict::wrong_output, wrong_output_text(bt, c, tol, got.at(j), refs[j], when));
     r.details["output"] = bt.name;
     r.details["max_abs_error"] = fmt_num(c.max_abs_error);
     r.details["mismatches"] = std::to_string(c.mismatches);

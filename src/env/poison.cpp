@@ -29,4 +29,11 @@ void poison(void* data, size_t bytes, DType dtype) {
   }
 }
 
+bool is_poison(const void* data, DType dtype) {
+  const size_t n = dtype_size(dtype);
+  unsigned char want[8] = {};
+  poison(want, n, dtype);
+  return std::memcmp(data, want, n) == 0;
+}
+
 }  // namespace leap::env
