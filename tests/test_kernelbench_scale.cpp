@@ -523,3 +523,42 @@ TEST_CASE("kernelbench import: the seeded values are checked by their SHA-256 ag
   CHECK(has(ok.out, "LibTorch reproduces the import's values exactly"));
   CHECK_FALSE(fs::exists(out / "001_linear_tanh" / "weights" / ".check"));
 }
+
+TEST_CASE("kernelbench import: a trace that bakes in one size still gets cpu sizes from the others") {
+  // KernelBench's l1_086 (depthwise-separable conv): the trace keeps `groups=in_channels` as a
+  // constant, so it fails wherever the size search halves in_channels. The search used to stop
+  // there and leave the task at KernelBench's sizes on the cpu (l1_086 was then killed at the
+  // 11.8 GiB budget); it now searches again with that size held. in_channels is the largest
+  // symbol here, so it is the first one halved.
+  leap::test::TempDir tmp;
+  tmp.write("kb/1_DepthwiseSeparable.py",
+            problem("        self.dw = nn.Conv2d(a[0], a[0], 3, padding=1, groups=a[0], bias=False)\n"
+                    "        self.pw = nn.Conv2d(a[0], a[1], 1, bias=False)\n",
+                    "return self.pw(self.dw(x))",
+                    "batch_size = 8\nin_channels = 128\nout_channels = 16\nheight = 40\nwidth = 40",
+                    "[torch.rand(batch_size, in_channels, height, width)]", "[in_channels, out_channels]"));
+  const fs::path out = tmp.path / "out";
+  auto r = run_leap("tasks import kernelbench " + (tmp.path / "kb").string() + " --out " + out.string() +
+                    " --cpu-ms 1 --timeout 120");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "1 problems imported"));
+  auto set = leap::tasks::load_task_set(out.string());
+  REQUIRE(set.tasks.size() == 1);
+  const auto& t = set.tasks[0];
+  REQUIRE(t.size_overrides.count("cpu"));
+  CAPTURE(t.source.count("cpu_sizes") ? t.source.at("cpu_sizes") : std::string());
+  CHECK(t.size_overrides.at("cpu").count("in_channels") == 0);  // held at 128
+  CHECK_FALSE(t.size_overrides.at("cpu").empty());
+  leap::env::RuntimeTask cpu(t, "cpu");
+  const auto& cs = cpu.input_shapes()[0];
+  REQUIRE(cs.size() == 4);
+  CHECK(cs[1] == 128);
+  CHECK(cs[0] * cs[2] * cs[3] < 8 * 40 * 40);
+  // The reference at the cpu sizes runs (groups = 128 = in_channels there too).
+  auto ins = leap::env::make_inputs(cpu, 5, 0);
+  auto outs = cpu.reference().run(cpu, ins);
+  CHECK(outs[0].sizes().vec() == cpu.output_shapes()[0]);
+  CHECK(outs[0].size(2) == cs[2]);
+}
