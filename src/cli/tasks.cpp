@@ -145,7 +145,7 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
   env::VerifierOptions vo = verifier_options(exp.env);
   vo.timing = timing;
   env::Verifier verifier(envp->backend, envp->pool, vo);
-  int problems = 0, weak_tasks = 0, cuda_skipped = 0, cuda_compiled = 0, solutions_ok = 0;
+  int problems = 0, weak_tasks = 0, cuda_skipped = 0, cuda_compiled = 0, solutions_ok = 0, no_cpu_solution = 0;
   // cuda solutions are compiled with NVRTC (no GPU needed) and bound against their kernels; they
   // are run only by `leap eval --backend cuda` on a GPU machine.
   std::shared_ptr<env::Backend> cuda_backend;
@@ -225,16 +225,17 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
         notes.push_back("SOLUTION " + f.filename().string() + ": " + err);
       }
     }
-    if (cpu.empty()) notes.push_back("no cpu solution shipped");
+    no_cpu_solution += cpu.empty();  // counted in the summary: a note under every imported task was noise
     problems += bad;
     std::printf("%-4s %s\n", bad ? "FAIL" : "ok", spec.name.c_str());
     for (const auto& n : notes) std::printf("     %s\n", n.c_str());
   }
   problems += static_cast<int>(load_errors.size());
-  std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct; %d cuda solutions compile (not run: "
-              "`leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped; %d tasks for the GPU only "
-              "not run%s\n",
-              set.tasks.size() + load_errors.size(), problems, weak_tasks, solutions_ok, cuda_compiled, cuda_skipped, gpu_only,
+  std::printf("\n%zu tasks: %d with problems, %d weak; %d cpu solutions correct (%d tasks ship none); %d cuda solutions "
+              "compile (not run: `leap eval --backend cuda` on a GPU runs them); %d cuda solutions skipped; %d tasks for "
+              "the GPU only not run%s\n",
+              set.tasks.size() + load_errors.size(), problems, weak_tasks, solutions_ok, no_cpu_solution, cuda_compiled,
+              cuda_skipped, gpu_only,
               load_errors.empty() ? "" : fmt::format("; {} task.yaml files do not load (listed first)", load_errors.size()).c_str());
   if (!load_errors.empty()) return 2;  // a malformed task file is a config error
   return problems ? 1 : 0;

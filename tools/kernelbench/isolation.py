@@ -131,7 +131,7 @@ def run_isolated(level, pid, path, o):
         r = group_rss(cpid) if tick % 10 == 0 else rss_bytes(cpid)
         peak = max(peak, r)
         if killed is None and r > limit:
-            killed = f"used more than the {o.memory_gb:g} GiB budget ({gib(r)} resident); killed"
+            killed = f"used more than the {o.memory_gb:g} GiB budget ({gib(r)} resident; --memory-gb sets it); killed"
         elif killed is None and hard and time.monotonic() - start > hard:
             killed = f"took longer than --timeout {o.timeout:g} s (killed)"
         if killed:
