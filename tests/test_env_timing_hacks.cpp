@@ -30,7 +30,7 @@ const std::string kStarter = LEAP_SOURCE_DIR "/tasks/starter";
 /// Grades `answer` for starter task `task_name` on the cpu backend: one worker, `seeds`
 /// correctness seeds, `warmup` + `trials` timed runs and no time box (every planned run happens,
 /// even on a loaded machine).
-env::EvalResult grade(const std::string& task_name, const std::string& answer, int warmup, int trials, int seeds = 2) {
+env::EvalResult grade_in(const std::string& task_dir, const std::string& answer, int warmup, int trials, int seeds = 2) {
   test::TempDir dir;
   config::EnvConfig e;
   e.workers = 1;
@@ -40,8 +40,13 @@ env::EvalResult grade(const std::string& task_name, const std::string& answer, i
   e.timing.trials = trials;
   e.timing.max_seconds = 0;
   auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task(kStarter + "/" + task_name), "cpu");
+  env::RuntimeTask task(tasks::load_task(task_dir), "cpu");
   return env->verifier->evaluate(task, answer);
+}
+
+/// The same for starter task `task_name`.
+env::EvalResult grade(const std::string& task_name, const std::string& answer, int warmup, int trials, int seeds = 2) {
+  return grade_in(kStarter + "/" + task_name, answer, warmup, trials, seeds);
 }
 
 /// A relu answer: `code` (includes, globals, the function) and its one-launch plan.
@@ -183,16 +188,7 @@ extern "C" void tanh_fwd(const float* x, float* y, int64_t n) {
   yaml.replace(yaml.find(normal), normal.size(), "init: {uniform: {low: -1, high: 1}}");
   std::filesystem::create_directories(dir.path / "relu_u");
   dir.write("relu_u/task.yaml", yaml);
-  config::EnvConfig e;
-  e.workers = 1;
-  e.seeds = 2;
-  e.cache_dir = (dir.path / "cache").string();
-  e.timing.warmup = 1;
-  e.timing.trials = 5;
-  e.timing.max_seconds = 0;
-  auto env = cli::make_environment(e, "cpu");
-  env::RuntimeTask task(tasks::load_task((dir.path / "relu_u").string()), "cpu");
-  auto u = env->verifier->evaluate(task, relu_answer(R"CODE(
+  auto u = grade_in((dir.path / "relu_u").string(), relu_answer(R"CODE(
 #include <cstring>
 extern "C" void relu(const float* x, float* y, int64_t n) {
   static const float* seen[8] = {}; static float* last[8] = {};
@@ -205,7 +201,7 @@ extern "C" void relu(const float* x, float* y, int64_t n) {
   if (k < 8) std::memcpy(last[k], x, n * sizeof(float));
   if (2 * same > n) y[0] = 12345.0f;
 }
-)CODE"));
+)CODE"), 1, 5);
   CAPTURE(u.feedback);
   CHECK(u.verdict == env::Verdict::correct);
 }
