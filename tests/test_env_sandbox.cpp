@@ -297,6 +297,44 @@ TEST_CASE("env sandbox: a cpu answer can dlopen no system library and read nothi
   CHECK(off.r0 >= 2);
 }
 
+TEST_CASE("env sandbox: a cpu answer can map no code of its own making: no library it writes loads, no memory turns executable") {
+  // A red team (2026-12-06) embedded /usr's libblas.so.3 in its module at compile time (.incbin),
+  // wrote it to the worker's /tmp at run time, dlopen'ed it and called sgemm_: correct on every
+  // seed. The scratch is now noexec, the module's own file and folder are read-only to the worker,
+  // and seccomp refuses PROT_EXEC on anonymous memory and any mprotect adding it.
+  if (!host_has(&SandboxReport::filesystem) || !host_has(&SandboxReport::seccomp)) return;
+  leap::test::TempDir dir;
+  const std::string inc = "#include <dlfcn.h>\n#include <fcntl.h>\n#include <sys/mman.h>\n#include <sys/stat.h>\n";
+  const std::string body =
+      // its own module's bytes (a real library) copied to the scratch folder, then loaded
+      "  Dl_info di{}; dladdr((void*)&probe, &di);\n"
+      "  FILE* in = di.dli_fname ? fopen(di.dli_fname, \"rb\") : nullptr; FILE* out = fopen(\"/tmp/lib_copy.so\", \"wb\");\n"
+      "  long copied = 0;\n"
+      "  if (in && out) { char b[65536]; size_t n; while ((n = fread(b, 1, sizeof b, in)) > 0) copied += (long)fwrite(b, 1, n, out); }\n"
+      "  if (in) fclose(in); if (out) fclose(out);\n"
+      "  if (copied > 1000) r1 = 1;\n"
+      "  if (dlopen(\"/tmp/lib_copy.so\", RTLD_NOW | RTLD_LOCAL)) r0 += 1;\n"
+      // the module file and its folder
+      "  if (di.dli_fname) { int fd = open(di.dli_fname, O_WRONLY); if (fd >= 0) { r0 += 10; close(fd); } }\n"
+      "  { int fd = open(\"/code/other.so\", O_CREAT | O_WRONLY, 0700); if (fd >= 0) { r0 += 100; close(fd); } }\n"
+      "  if (chmod(\"/code\", 0777) == 0) r0 += 1000;\n"
+      // executable memory
+      "  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);\n"
+      "  if (p != MAP_FAILED) r0 += 10000;\n"
+      "  void* q = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);\n"
+      "  if (q != MAP_FAILED && mprotect(q, 4096, PROT_READ | PROT_EXEC) == 0) r0 += 100000;\n";
+  const std::string code = probe_code(inc + "extern \"C\" void probe(const float*, const float*, float*, int64_t);\n", body);
+  Observed o = run_probe(dir, code, SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r1 == 1);  // the copy was made: /tmp is writable, the module readable
+  CHECK(o.r0 == 0);
+  // Without the sandbox the same code loads its copy and gets executable memory.
+  Observed off = run_probe(dir, code, SandboxMode::off);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r1 == 1);
+  CHECK(off.r0 >= 110001);
+}
+
 TEST_CASE("env sandbox: a fork bomb starts no process and leaves none behind") {
   if (!host_has(&SandboxReport::seccomp)) return;
   leap::test::TempDir dir;

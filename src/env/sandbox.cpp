@@ -5,6 +5,7 @@
 #include <linux/capability.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -192,8 +193,24 @@ std::vector<std::string> mapped_library_files() {
   return {files.begin(), files.end()};
 }
 
-// The minimal root: see the file comment of sandbox.hpp. Returns "" or what failed.
-std::string enter_minimal_root(const ChildSandbox& spec) {
+// /code of a cpu worker's root (ChildSandbox::kModulePath), after the pivot and before the root
+// is made read-only: an executable tmpfs holding one empty file, read-only for everyone, whose
+// write descriptor is returned; its folder made unwritable. -1 when a step failed (nothing is
+// then mounted there).
+int make_module_file() {
+  if (mount("leap-code", "/code", "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=0755") != 0) return -1;
+  const int fd = open(ChildSandbox::kModulePath, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0444);
+  if (fd < 0 || chmod("/code", 0555) != 0) {
+    if (fd >= 0) close(fd);
+    umount2("/code", MNT_DETACH);
+    return -1;
+  }
+  return fd;
+}
+
+// The minimal root: see the file comment of sandbox.hpp. Returns "" or what failed; `module_fd`
+// (libraries_only) gets make_module_file's descriptor.
+std::string enter_minimal_root(const ChildSandbox& spec, int& module_fd) {
   // Every host source is opened first: mounting the new root over /tmp hides what lies below it.
   struct Src {
     std::string dst;
@@ -248,6 +265,7 @@ std::string enter_minimal_root(const ChildSandbox& spec) {
     if (symlink(target.c_str(), (R + name).c_str()) != 0) return errno_text("symlink " + name);
   if (!mkdirs(R + "/etc") || !mkdirs(R + "/dev") || !mkdirs(R + "/tmp") || !mkdirs(R + "/build"))
     return errno_text("mkdir in the root");
+  if (spec.libraries_only && !mkdirs(R + "/code")) return errno_text("mkdir /code");
   for (const auto& s : srcs) {
     const std::string dst = R + s.dst;
     const size_t slash = dst.rfind('/');
@@ -261,7 +279,10 @@ std::string enter_minimal_root(const ChildSandbox& spec) {
   if (umount2("/.old", MNT_DETACH) != 0) return errno_text("detach the old root");
   rmdir("/.old");
   const std::string scratch = "size=" + std::to_string(std::max<int64_t>(1, spec.scratch_mb)) + "m,mode=1777";
-  if (mount("leap-scratch", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, scratch.c_str()) != 0)
+  // A cpu worker's scratch is noexec when its module has /code: nothing written there maps executable.
+  if (spec.libraries_only) module_fd = make_module_file();
+  const unsigned long scratch_flags = MS_NOSUID | MS_NODEV | (module_fd >= 0 ? MS_NOEXEC : 0);
+  if (mount("leap-scratch", "/tmp", "tmpfs", scratch_flags, scratch.c_str()) != 0)
     return errno_text("mount the scratch tmpfs");
   if (mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
     return errno_text("make the root read-only");
@@ -376,6 +397,23 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
     for (int sys : {SCMP_SYS(sched_setaffinity), SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam),
                     SCMP_SYS(sched_setattr), SCMP_SYS(get_robust_list)})
       if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sys, 1, SCMP_A0(SCMP_CMP_NE, 0));
+    // No new executable memory (cpu workers: the CUDA driver maps its own code): no PROT_EXEC
+    // added to a mapping, none on anonymous memory, and no mode change (the module file and its
+    // folder stay read-only to their owner too, env/sandbox_child.hpp ChildSandbox). Loading the
+    // module maps its file executable, which stays allowed; patching code in place (libc's
+    // clock_gettime made writable and executable, docs/env.md "Known limits") is refused.
+    if (no_unix_connect) {
+      for (int sys : {SCMP_SYS(mprotect), SCMP_SYS(pkey_mprotect)})
+        if (rc == 0)
+          rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), sys, 1,
+                                SCMP_A2(SCMP_CMP_MASKED_EQ, static_cast<scmp_datum_t>(PROT_EXEC), static_cast<scmp_datum_t>(PROT_EXEC)));
+      if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(mmap), 2,
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, static_cast<scmp_datum_t>(PROT_EXEC), static_cast<scmp_datum_t>(PROT_EXEC)),
+                              SCMP_A3(SCMP_CMP_MASKED_EQ, static_cast<scmp_datum_t>(MAP_ANONYMOUS),
+                                      static_cast<scmp_datum_t>(MAP_ANONYMOUS)));
+      for (int sys : {SCMP_SYS(chmod), SCMP_SYS(fchmod), SCMP_SYS(fchmodat)}) deny(sys, EPERM);
+    }
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(bind), 0);
   }
@@ -422,7 +460,7 @@ AppliedSandbox enter_child_sandbox(const ChildSandbox& spec, const HostIsolation
     } else if (!ns) {
       a.failed.push_back("filesystem isolation: " + host.why_not);
     } else {
-      std::string e = spec.fs == ChildSandbox::Fs::minimal ? enter_minimal_root(spec) : enter_host_readonly(spec);
+      std::string e = spec.fs == ChildSandbox::Fs::minimal ? enter_minimal_root(spec, a.module_fd) : enter_host_readonly(spec);
       if (e.empty())
         a.filesystem = true;
       else

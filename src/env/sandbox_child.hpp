@@ -41,6 +41,13 @@ struct ChildSandbox {
   /// answer's module then finds libc, libm, libstdc++ and libgcc_s loaded and no other library
   /// (a system-wide BLAS, OpenMP) to dlopen, and no header or tool to read.
   bool libraries_only = false;
+  /// With libraries_only (cpu workers): no executable file the answer can write. The scratch /tmp
+  /// is mounted noexec, and the answer's module is loaded from /code/module.so on an executable
+  /// tmpfs whose folder nobody can write and whose file only the descriptor opened here
+  /// (AppliedSandbox::module_fd, closed before the module loads) can: a library the answer
+  /// writes (embedded at compile time, say) cannot be mapped executable, nor can anonymous memory
+  /// (seccomp; docs/env.md "Sandbox").
+  static constexpr const char* kModulePath = "/code/module.so";
   int64_t scratch_mb = 64;      ///< the /tmp tmpfs, MB
   int64_t file_size_mb = 64;    ///< RLIMIT_FSIZE, MB
   int64_t open_files = 256;     ///< RLIMIT_NOFILE
@@ -51,6 +58,10 @@ struct ChildSandbox {
 /// What a child got (enter_child_sandbox).
 struct AppliedSandbox {
   bool filesystem = false, seccomp = false, unprivileged = false;
+  /// libraries_only: a write descriptor of ChildSandbox::kModulePath (the only one there can be),
+  /// or -1 when that file could not be made (the module is then copied to /tmp, which stays
+  /// executable).
+  int module_fd = -1;
   std::vector<std::string> failed;  ///< one line per step that failed, with errno text
 };
 

@@ -34,10 +34,19 @@ int64_t own_vm_bytes() {
   return static_cast<int64_t>(pages) * sysconf(_SC_PAGESIZE);
 }
 
-// Copies the artifact open as `fd` into the scratch folder, for a worker that sees no host path.
-std::string copy_artifact(int fd, int job) {
-  const std::string path = "/tmp/leap-module-" + std::to_string(job) + ".so";
-  int out = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0700);
+// Copies the artifact open as `fd` for a worker that sees no host path: into the module file
+// whose write descriptor `*module_fd` the sandbox kept (closed after the copy: nothing can write
+// that file again), else into the scratch folder.
+std::string copy_artifact(int fd, int job, int* module_fd) {
+  std::string path = "/tmp/leap-module-" + std::to_string(job) + ".so";
+  int out = -1;
+  if (*module_fd >= 0) {
+    path = ChildSandbox::kModulePath;
+    out = *module_fd;
+    *module_fd = -1;
+  } else {
+    out = open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0700);
+  }
   if (out < 0) throw Error("worker: cannot write " + path + ": " + std::strerror(errno));
   char buf[1 << 16];
   off_t off = 0;
@@ -109,6 +118,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
     install_fatal_signal_handlers(ctx.memory_limit_bytes > 0 ? memory_flag_of(current_launch) : nullptr,
                                   fatal_signal_of(current_launch), pid_one);
   std::pair<void*, size_t> stale{MAP_FAILED, 0};  // the last job's tensors, unmapped at the next job
+  int module_fd = ctx.module_fd;                  // the module file's one write descriptor, until the first copy
   for (int job_no = 0;; ++job_no) {
     std::string body;
     std::vector<int> fds;
@@ -144,7 +154,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       std::vector<void*> ptrs;
       for (size_t off : offsets) ptrs.push_back(static_cast<char*>(base) + off);
       if (ctx.copy_artifact && !req.reference && fds.size() > 1) {
-        scratch_copy = copy_artifact(fds[1], job_no);
+        scratch_copy = copy_artifact(fds[1], job_no, &module_fd);
         art.path = scratch_copy;
       }
       for (size_t k = 1; k < fds.size(); ++k) close(fds[k]);
@@ -236,6 +246,7 @@ int worker_process_main(const std::string& spec_json, int sock, int status_fd, c
     // Both file systems mount a fresh scratch tmpfs on /tmp, where a host path of the compile
     // cache (relative, or under /tmp) is not seen: the module is copied from the fd the job passes.
     ctx.copy_artifact = applied.filesystem;
+    ctx.module_fd = applied.module_fd;
   } else {
     rlimit no_core{0, 0};
     setrlimit(RLIMIT_CORE, &no_core);

@@ -63,6 +63,10 @@ struct PoolOptions {
 /// What a worker knows about its own sandbox (worker side of worker_main).
 struct WorkerContext {
   bool copy_artifact = false;     ///< load the artifact from its fd via a scratch copy (no host paths)
+  /// The write descriptor of the cpu worker's module file (AppliedSandbox::module_fd): the
+  /// artifact is copied there, the descriptor closed, and the module loaded from
+  /// ChildSandbox::kModulePath; -1: the copy goes to /tmp.
+  int module_fd = -1;
   int64_t memory_limit_bytes = 0; ///< memory beyond the tensors; 0 = none
   int64_t base_vm_bytes = 0;      ///< the worker's address-space size before its first job
 };
