@@ -171,12 +171,19 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
   // 2 seeds + the timing job with a no-op in place of the code (the CPU-time bound) + the timing
   // job, then (a few-us kernel: too short for the bound) the CPU-time check job between two
   // no-op jobs (up to three times if machine noise tripped the bound)
+  // (Under heavy load the -O1 loop can take long enough that the timing job's own CPU bounds it:
+  // then there is no check job; 1 run in 20 of the timing tests with a core busy.)
   const int jobs = rig.faults->candidate_jobs.exchange(0);
-  REQUIRE(base.details.count("cpu_check_jobs") == 1);
-  const int checks = std::stoi(base.details.at("cpu_check_jobs"));
-  CHECK((checks >= 1 && checks <= 3));
+  const int checks = base.details.count("cpu_check_jobs") ? std::stoi(base.details.at("cpu_check_jobs")) : 0;
+  CHECK(checks <= 3);
   CHECK(jobs == 4 + 3 * checks);
-  CHECK(base.details.count("cpu_check_runs") == 1);
+  CHECK(base.details.count("cpu_check_runs") == (checks > 0 ? 1u : 0u));
+  // The jobs a later grading of the same code makes besides `base_jobs`: a check job's three
+  // unless its finding was kept from the first grading.
+  auto check_jobs_of = [](const EvalResult& r) {
+    if (r.details.count("cpu_check_cached") || !r.details.count("cpu_check_jobs")) return 0;
+    return 3 * std::stoi(r.details.at("cpu_check_jobs"));
+  };
 
   SUBCASE("once: retried, judged as usual") {
     rig.faults->oom_replies = 1;
@@ -185,8 +192,8 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
     CHECK(r.verdict == Verdict::correct);
     // 2 seeds, the no-op, the timing job and its retry: no CPU-time check job (this code's CPU a
     // run is known from the first grading)
-    CHECK(rig.faults->candidate_jobs.load() == 4 + 1);
-    CHECK(r.details.count("cpu_check_cached") == 1);
+    CHECK(rig.faults->candidate_jobs.load() == 4 + 1 + check_jobs_of(r));
+    if (checks > 0) CHECK(r.details.count("cpu_check_cached") == 1);
     CHECK(r.details.at("infra_retries") == "1");
     CHECK(std::isfinite(r.speedup));
   }
@@ -221,7 +228,7 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
     CHECK(r.verdict == Verdict::correct);
     // 2 seeds, the no-op baseline, the timing job twice (the check job's CPU a run is known
     // from the first grading)
-    CHECK(rig.faults->candidate_jobs.load() == 5);
+    CHECK(rig.faults->candidate_jobs.load() == 5 + check_jobs_of(r));
     CHECK(r.details.at("infra_retries") == "1");
     CHECK(std::isfinite(r.speedup));
   }
