@@ -412,6 +412,17 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
                               SCMP_A2(SCMP_CMP_MASKED_EQ, static_cast<scmp_datum_t>(PROT_EXEC), static_cast<scmp_datum_t>(PROT_EXEC)),
                               SCMP_A3(SCMP_CMP_MASKED_EQ, static_cast<scmp_datum_t>(MAP_ANONYMOUS),
                                       static_cast<scmp_datum_t>(MAP_ANONYMOUS)));
+      // No writable and executable mapping of anything (a private copy of a file, /dev/zero, a
+      // module's own "awx" section: a red team ran written bytes through each), and no
+      // personality(READ_IMPLIES_EXEC), which makes every readable mapping executable without
+      // PROT_EXEC in the arguments: only the query personality(0xffffffff).
+      if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(mmap), 1,
+                              SCMP_A2(SCMP_CMP_MASKED_EQ, static_cast<scmp_datum_t>(PROT_WRITE | PROT_EXEC),
+                                      static_cast<scmp_datum_t>(PROT_WRITE | PROT_EXEC)));
+      if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(personality), 1,
+                              SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(0xffffffffu)));
       for (int sys : {SCMP_SYS(chmod), SCMP_SYS(fchmod), SCMP_SYS(fchmodat)}) deny(sys, EPERM);
     }
     if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(connect), 0);
