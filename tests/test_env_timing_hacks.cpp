@@ -524,19 +524,28 @@ extern "C" void relu(const float* x, float* y, int64_t n) {
 }  // namespace
 
 TEST_CASE("env timing: a clock the code rewrites does not change its timed calls (the worker's own system call)") {
-  auto honest = grade_matmul("");
-  CAPTURE(honest.feedback);
-  REQUIRE(honest.verdict == env::Verdict::correct);
-  CHECK_FALSE(honest.suspicious);
-  CHECK(honest.details.count("cpu_bound") == 0);
-  REQUIRE(honest.details.count("cpu_ms_per_run") == 1);
   // The same loop, with libc's clock_gettime rewritten at load to report a twentieth of the time
-  // passed (an earlier worker timed through libc: this earned ~9x against 0.5x honest).
-  auto patched = grade_matmul(clock_patch(20));
-  CAPTURE(patched.feedback);
-  REQUIRE(patched.verdict == env::Verdict::correct);
-  CHECK(patched.candidate_ms > 0.5 * honest.candidate_ms);
-  CHECK(patched.speedup < 2 * honest.speedup);
+  // passed (an earlier worker timed through libc: this earned ~9x against 0.5x honest). A cpu
+  // worker's seccomp now refuses the mprotect that makes libc's page writable and executable, so
+  // both answers are timed honestly, and two honest timings on a loaded machine (ctest -j 2 with a
+  // core busy) once differed by more than 2x: a pair is measured up to three times, and a patch
+  // that worked (~20x) would fail every pair.
+  bool within = false;
+  for (int pair = 0; pair < 3 && !within; ++pair) {
+    auto honest = grade_matmul("");
+    CAPTURE(honest.feedback);
+    REQUIRE(honest.verdict == env::Verdict::correct);
+    CHECK_FALSE(honest.suspicious);
+    CHECK(honest.details.count("cpu_bound") == 0);
+    REQUIRE(honest.details.count("cpu_ms_per_run") == 1);
+    auto patched = grade_matmul(clock_patch(20));
+    CAPTURE(patched.feedback);
+    REQUIRE(patched.verdict == env::Verdict::correct);
+    MESSAGE("pair " << pair << ": honest " << honest.candidate_ms << " ms (" << honest.speedup << "x), patched "
+                    << patched.candidate_ms << " ms (" << patched.speedup << "x)");
+    within = patched.candidate_ms > 0.5 * honest.candidate_ms && patched.speedup < 2 * honest.speedup;
+  }
+  CHECK(within);
 }
 
 TEST_CASE("env timing: work done beside the timed calls is timed by the job's CPU time and flagged") {
