@@ -12,6 +12,7 @@
 
 #include "cli/environment.hpp"
 #include "env/input_rewrite.hpp"
+#include "env/run_sample.hpp"
 #include "env/task_runtime.hpp"
 #include "env/timing_schedule.hpp"
 #include "rl/scoring.hpp"
@@ -358,6 +359,81 @@ TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and st
   hooks.after = [](int run, size_t) { return run < 1; };
   CHECK_FALSE(env::run_timing_schedule(req, 7, hooks, stopped));
   CHECK(stopped.runs == std::vector<int>{0, 1});
+}
+
+TEST_CASE("env timing: a run sample drawn as the runs are made keeps each run with the same probability") {
+  // Reservoir sampling (env/run_sample.hpp): the first k runs fill the slots, and after n runs
+  // each run is kept with probability k / n, whatever n is.
+  const size_t k = 8;
+  const int n = 40, trials = 20000;
+  std::vector<int> kept(n, 0);
+  for (int trial = 0; trial < trials; ++trial) {
+    env::RunSample sample(k, 1000 + static_cast<uint64_t>(trial), {1, 2});
+    bool slots_ok = true, order_ok = true;
+    for (int run = 0; run < n; ++run) {
+      const int slot = sample.offer(run);
+      slots_ok = slots_ok && slot < static_cast<int>(k) && (run >= static_cast<int>(k) || slot == run);
+    }
+    const auto snaps = sample.snapshots();
+    REQUIRE(snaps.size() == k);
+    for (size_t i = 0; i < snaps.size(); ++i) {
+      order_ok = order_ok && (i == 0 || snaps[i - 1].run < snaps[i].run) && snaps[i].copies.size() == 2 &&
+                 snaps[i].copies[0].first == 1 && snaps[i].copies[1].first == 2 &&
+                 snaps[i].copies[1].second == snaps[i].copies[0].second + 1;
+      ++kept[static_cast<size_t>(snaps[i].run)];
+    }
+    if (!slots_ok || !order_ok) {
+      CHECK(slots_ok);
+      CHECK(order_ok);
+      break;
+    }
+  }
+  // k / n = 0.2: a binomial share of 20000 draws has a standard deviation of 0.0028; 0.02 is 7 sigma.
+  for (int run = 0; run < n; ++run) {
+    CAPTURE(run);
+    CHECK(std::abs(kept[static_cast<size_t>(run)] / double(trials) - double(k) / n) < 0.02);
+  }
+  env::RunSample sample(2, 1, {1});
+  CHECK(sample.offer(0) == 0);
+  CHECK_THROWS(sample.offer(2));  // out of order
+}
+
+TEST_CASE("env timing: with warmup_ms the runs checked are drawn from every run the job made") {
+  // warmup_ms makes as many warm-up runs as 40 ms of wall time takes (here 100-400 calls of
+  // 0.1 ms: each call computes relu, then spins to 0.1 ms, so no CPU-time check job follows). A
+  // list of checked runs drawn before the job covered only the runs the job was sure to make
+  // (warm-up 1 + trials 5): code that skipped the calls beyond them passed (a red team: 6.9x-9.5x
+  // on tanh against an honest 0.18x). Drawn as the runs are made, 256 are checked: the chance
+  // that none of the 37 skipped calls is among them is below 1e-15 for up to 400 runs.
+  auto grade_warm = [](const std::string& body) {
+    test::TempDir dir;
+    config::EnvConfig e;
+    e.workers = 1;
+    e.seeds = 2;
+    e.cache_dir = dir.path.string();
+    e.timing.warmup = 1;
+    e.timing.trials = 5;
+    e.timing.max_seconds = 0;
+    e.timing.warmup_ms = 40;
+    auto env = cli::make_environment(e, "cpu");
+    env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+    return env->verifier->evaluate(
+        task, relu_answer("#include <ctime>\nstatic double now_us() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); "
+                          "return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }\n"
+                          "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n  const double t0 = now_us();\n" +
+                          body + "\n  while (now_us() - t0 < 100) {}\n}\n"));
+  };
+  auto honest = grade_warm(kCompute);
+  CAPTURE(honest.feedback);
+  CHECK(honest.verdict == env::Verdict::correct);
+  CHECK(honest.details.count("cpu_bound") == 0);
+  auto skip = grade_warm(std::string("  static long calls_ = 0;\n  ++calls_;\n") +
+                         "  if (calls_ > 24 && calls_ <= 61) return;  // (a worker process per job: the timing job's calls)\n" +
+                         kCompute);
+  CAPTURE(skip.feedback);
+  CHECK(skip.verdict == env::Verdict::wrong_output);
+  CHECK(skip.feedback.find("on timed call") != std::string::npos);
+  CHECK(skip.details.count("cpu_check_jobs") == 0);  // found by the timing job's own checks
 }
 
 TEST_CASE("env timing: the warm-up lasts warmup_ms, and trials go on until they sum to min_timed_ms") {

@@ -47,6 +47,8 @@ struct ReferenceProgram {
   int inputs = 0;           ///< tensors 0 .. inputs-1 (of each rotation) are its arguments, in order
 };
 
+class RunSample;
+
 /// A copy made after one run of a timing job, outside the timed region, so the verifier can check
 /// that run's outputs (RunRequest::snapshots).
 struct Snapshot {
@@ -110,6 +112,11 @@ struct RunRequest {
   /// copies' destinations; memory the worker never maps, so code in the worker can neither read
   /// which runs were copied nor rewrite a copy afterwards. Null: destinations are plan tensors.
   std::vector<std::vector<std::byte>>* snapshot_store = nullptr;
+  /// Parent side only (never sent), with `parent_snapshots` and `report_every` 1: the runs
+  /// checked are drawn as the worker reports them (env/run_sample.hpp; a schedule whose run count
+  /// is not known in advance: warmup_ms, min_timed_ms), into `snapshot_store`, instead of from
+  /// `snapshots`.
+  RunSample* sample = nullptr;
   /// Worker side only (never sent): called after each run, outside the timed region, once the
   /// backend's own copies are made; false stops the job (the parent is gone).
   std::function<bool(int run)> on_run_done;

@@ -27,6 +27,10 @@ constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
 /// kBlockSlotBytes: 2048 runs of relu's 64-KB output were 2048 exchanges and 128 MB of snapshots
 /// made, page by page, by the parent and the worker (bench/env_cpu).
 constexpr int kMaxBlockRuns = 64;
+
+/// A timing job with warmup_ms or min_timed_ms keeps (and checks) at least this many of its runs,
+/// drawn as they are made, when their outputs fit kCheckEveryRunBytes (env/run_sample.hpp).
+constexpr size_t kMinSampledRuns = 256;
 constexpr size_t kBlockSlotBytes = size_t(16) << 20;
 
 /// A fresh secret for a job: its rewrite positions and checked runs, unknown to the candidate.
@@ -94,6 +98,11 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
     block = R * std::max(1, std::min(static_cast<int>(fit), fixed_runs) / R);
     add_output_slots(tplan, job.rotations, n_in_, n_out_, block);
   }
+  // A cpu timing job whose run count depends on wall time (warmup_ms, min_timed_ms): its checked
+  // runs are drawn by the parent as the runs are made (env/run_sample.hpp), every run made
+  // equally likely, and as many as fit kCheckEveryRunBytes (all of them when the job makes no
+  // more); a list drawn before the job could cover only the runs it was sure to make.
+  const bool sampled = !check_job && fixed_runs <= 0 && reference_on_device_ && (o_.warmup_ms > 0 || o_.min_timed_ms > 0);
   // Every run, where that is cheap: code that computes only the runs it guesses are checked
   // (or reads which ones from its own process's memory) then fails on any other.
   const bool every_run =
@@ -126,9 +135,21 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   // the cpu backend the parent copies them into its own memory, so code in the worker can neither
   // read which runs are checked nor rewrite a copy, and the parent counts the runs made
   // (WorkerPool, RunRequest::parent_snapshots).
-  treq.parent_snapshots = reference_on_device_ && (check_job || !every_run);
+  treq.parent_snapshots = reference_on_device_ && (check_job || sampled || !every_run);
   treq.report_every = block;
-  if (treq.parent_snapshots) {
+  if (sampled) {
+    const size_t per_run = std::max<size_t>(1, out_bytes_);
+    size_t slots = (strict ? budget : kCheckEveryRunBytes) / per_run;
+    slots = std::min(slots, std::max<size_t>(static_cast<size_t>(max_runs_), kMinSampledRuns));
+    slots = std::max<size_t>(slots, static_cast<size_t>(std::max(1, o_.checked_runs)));
+    std::vector<int> outputs;
+    for (size_t j = 0; j < n_out_; ++j) outputs.push_back(static_cast<int>(n_in_ + j));
+    job.sample = std::make_unique<RunSample>(slots, secret, std::move(outputs));
+    job.store = std::make_unique<std::vector<std::vector<std::byte>>>(job.sample->slots() * n_out_);
+    treq.snapshot_store = job.store.get();
+    treq.sample = job.sample.get();
+    n_checked = 0;  // no list: drawn as the runs are made
+  } else if (treq.parent_snapshots) {
     job.store = std::make_unique<std::vector<std::vector<std::byte>>>(n_checked * n_out_);
     treq.snapshot_store = job.store.get();
   }
@@ -187,6 +208,13 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
     for (const auto& x : set_inputs_[static_cast<size_t>(r)]) state[static_cast<size_t>(r)].push_back(x.clone());
   std::vector<int> last_run(static_cast<size_t>(R), -1);
   for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
+  // The checked runs: drawn before the job (the request's list) or while it ran (its sample).
+  const std::vector<Snapshot> drawn = job.sample ? job.sample->snapshots() : std::vector<Snapshot>{};
+  auto find_snapshot = [&](int t) -> const Snapshot* {
+    if (!job.sample) return snapshot_for_run(treq, t);
+    auto it = std::lower_bound(drawn.begin(), drawn.end(), t, [](const Snapshot& s, int r) { return s.run < r; });
+    return it != drawn.end() && it->run == t ? &*it : nullptr;
+  };
   const std::string total_text = std::to_string(run.runs.size());
   int ordinal = 0;
   for (int t : run.runs) {
@@ -201,7 +229,7 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
       perturb_input(secret, t, p, bt.dtype, ptrs[static_cast<size_t>(p)], static_cast<size_t>(bt.numel()),
                     treq.perturb_bounds_of(k));
     }
-    const Snapshot* snap = snapshot_for_run(treq, t);
+    const Snapshot* snap = find_snapshot(t);
     if (!snap || t == last_run[set]) continue;  // each set's last: below
     std::vector<torch::Tensor> got;
     for (const auto& [pos, dst] : snap->copies) {

@@ -25,6 +25,7 @@
 #include "env/binding.hpp"
 #include "env/extract.hpp"
 #include "env/launch_plan.hpp"
+#include "env/run_sample.hpp"
 #include "env/shared_buffers.hpp"
 #include "env/verifier.hpp"
 #include "util/median.hpp"
@@ -94,6 +95,9 @@ struct TimingJob {
   /// The parent's own copies of checked runs' outputs (RunRequest::snapshot_store; parent
   /// snapshots only): never mapped by the worker.
   std::unique_ptr<std::vector<std::vector<std::byte>>> store;
+  /// The checked runs drawn as they are made (RunRequest::sample): a cpu timing job whose run
+  /// count depends on wall time (warmup_ms, min_timed_ms). Null: `request.snapshots`.
+  std::unique_ptr<RunSample> sample;
   RunOutcome run;                           ///< the worker's reply
 };
 

@@ -30,6 +30,7 @@
 #include "env/job_frame.hpp"
 #include "env/forker.hpp"
 #include "env/reply_check.hpp"
+#include "env/run_sample.hpp"
 #include "env/timing_schedule.hpp"
 #include "env/worker_backend.hpp"
 #include "env/worker_job.hpp"
@@ -170,6 +171,19 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
 /// the run's input set into the snapshot tensors (or the parent's own snapshot store), if the run
 /// is a checked one.
 void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, int run) {
+  if (request.sample && request.snapshot_store) {  // drawn now that the run is done
+    const int slot = request.sample->offer(run);
+    if (slot < 0) return;
+    const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
+    const auto& outputs = request.sample->outputs();
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      const size_t src = rotated_tensor(request, set, outputs[j]);
+      const auto* from = static_cast<const std::byte*>(buffers.data(src));
+      request.snapshot_store->at(static_cast<size_t>(slot) * outputs.size() + j)
+          .assign(from, from + plan.tensors.at(src).bytes());
+    }
+    return;
+  }
   const Snapshot* snap = snapshot_for_run(request, run);
   if (!snap) return;
   const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
