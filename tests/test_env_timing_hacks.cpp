@@ -361,6 +361,22 @@ TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and st
   CHECK(stopped.runs == std::vector<int>{0, 1});
 }
 
+TEST_CASE("env timing: scratch is zero-filled before every call (DESIGN.md), so accumulating into it is honest") {
+  // Launch 1 adds 1 into a scratch scalar, launch 2 scales relu by it: correct only when every
+  // run of the launch sequence starts from zeroed scratch. Before 2026-12-06 only a job's first
+  // run did, and an honest cross_entropy that summed row losses into scratch failed timed call 2.
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n"
+      "extern \"C\" void count(float* acc) { acc[0] += 1.0f; }\n"
+      "extern \"C\" void relu(const float* x, float* y, const float* acc, int64_t n) {\n"
+      "  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] > 0 ? x[i] : 0) * acc[0];\n}\n```\n"
+      "```yaml\nscratch:\n  acc: {dtype: float32, shape: [1]}\nlaunches:\n"
+      "  - kernel: count\n    args: [acc]\n  - kernel: relu\n    args: [x, y, acc, numel(x)]\n```\n";
+  auto r = grade("relu", answer, 1, 5);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::correct);
+}
+
 TEST_CASE("env timing: a run sample drawn as the runs are made keeps each run with the same probability") {
   // Reservoir sampling (env/run_sample.hpp): the first k runs fill the slots, and after n runs
   // each run is kept with probability k / n, whatever n is.

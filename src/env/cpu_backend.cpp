@@ -371,7 +371,8 @@ bool prepare_launches(void* handle, const BoundPlan& plan, const std::vector<voi
 }
 
 /// Before run `run` on rotation `rot` of a multi-run job (outside the timed region): the outputs
-/// poisoned, the inputs rewritten at the run's secret positions, the perturbed inputs changed.
+/// poisoned, the scratch zero-filled (as DESIGN.md promises an answer, every call), the inputs
+/// rewritten at the run's secret positions, the perturbed inputs changed.
 void prepare_run(const BoundPlan& plan, const std::vector<void*>& tensors, const RunRequest& request,
                  const std::vector<RewriteTarget>& targets, int run, size_t rot) {
   const size_t n_positions = request.rotations.empty() ? plan.tensors.size() : request.rotations[0].size();
@@ -380,6 +381,9 @@ void prepare_run(const BoundPlan& plan, const std::vector<void*>& tensors, const
     const BoundTensor& bt = plan.tensors.at(ti);
     if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
   }
+  for (size_t ti = 0; ti < plan.tensors.size(); ++ti)  // scratch is one buffer for every set
+    if (plan.tensors[ti].role == TensorRole::scratch && plan.tensors[ti].bytes())
+      std::memset(tensors.at(ti), 0, plan.tensors[ti].bytes());
   apply_rewrites(rewrites_for_run(request, targets, run), tensors);
   for (size_t k = 0; k < request.perturb_inputs.size(); ++k) {  // every element changes: no result of an earlier call stays useful
     const int p = request.perturb_inputs[k];

@@ -483,6 +483,15 @@ bool CudaJob::prepare_run(int run, size_t rot) {
         return false;
       }
     }
+  // Scratch zero-filled before every run, as DESIGN.md promises an answer (one buffer for every set).
+  for (size_t ti = 0; ti < plan.tensors.size(); ++ti) {
+    const BoundTensor& bt = plan.tensors[ti];
+    if (bt.role != TensorRole::scratch || bt.bytes() == 0) continue;
+    if ((r = d.cuMemsetD8Async(buffers[ti], 0, bt.bytes(), stream)) != CUDA_SUCCESS) {
+      fail(Verdict::runtime_error, "zero-filling the scratch", r, -1);
+      return false;
+    }
+  }
   for (const BlockCopy& c : rewrites_for_run(request, targets, run)) {
     const CUdeviceptr base = buffers.at(static_cast<size_t>(c.input));
     if ((r = d.cuMemcpyDtoDAsync(base + c.dst, base + c.src, c.bytes, stream)) != CUDA_SUCCESS) {
