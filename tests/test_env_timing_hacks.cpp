@@ -377,6 +377,37 @@ TEST_CASE("env timing: scratch is zero-filled before every call (DESIGN.md), so 
   CHECK(r.verdict == env::Verdict::correct);
 }
 
+TEST_CASE("env timing: a slow but correct kernel is timed, not a timeout (each run gets the limit a correctness run gets)") {
+  // Each call takes 0.6 s of CPU against env.run_timeout_s 1 s: every correctness run is within
+  // the limit, and the timing job's fewest runs (a spent time box still runs every input set:
+  // 3 runs) took 1.8 s, a `timeout` of the job until 2026-12-06 (a naive 1024^3 matmul at 3.5 s a
+  // call against 10 s). The job's limit is now 3 x 1 s. A call of 1.5 s is still a timeout.
+  auto grade_slow = [](double call_s) {
+    test::TempDir dir;
+    config::EnvConfig e;
+    e.workers = 1;
+    e.seeds = 2;
+    e.cache_dir = dir.path.string();
+    e.run_timeout_s = 1;
+    e.timing.warmup = 1;
+    e.timing.trials = 5;
+    e.timing.max_seconds = 0.1;
+    auto env = cli::make_environment(e, "cpu");
+    env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+    return env->verifier->evaluate(
+        task, relu_answer("#include <ctime>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n" +
+                          std::string(kCompute) + "\n  const std::clock_t t0 = std::clock();\n"
+                          "  while (std::clock() - t0 < " + std::to_string(call_s) + " * CLOCKS_PER_SEC) {}\n}\n"));
+  };
+  auto slow = grade_slow(0.6);
+  CAPTURE(slow.feedback);
+  CHECK(slow.verdict == env::Verdict::correct);
+  CHECK(slow.candidate_ms > 500);
+  auto too_slow = grade_slow(1.5);
+  CAPTURE(too_slow.feedback);
+  CHECK(too_slow.verdict == env::Verdict::timeout);
+}
+
 TEST_CASE("env timing: a run sample drawn as the runs are made keeps each run with the same probability") {
   // Reservoir sampling (env/run_sample.hpp): the first k runs fill the slots, and after n runs
   // each run is kept with probability k / n, whatever n is.

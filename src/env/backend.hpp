@@ -126,7 +126,29 @@ struct RunRequest {
   /// Trials go on past `trials` until their times sum to at least this, milliseconds (a 20 us
   /// kernel's 20 trials are 0.4 ms), within the time box and 100 x `trials` runs; 0: `trials`.
   double min_timed_ms = 0;
+  /// The job's time limit is the pool's (env.run_timeout_s) times this, 1 to kMaxTimeoutRuns: a
+  /// multi-run job makes several runs however slow each is (every input set once and a trial,
+  /// even in a spent time box), and each run may take what one correctness run may
+  /// (timeout_runs_of). Parent side: the worker ignores it.
+  int timeout_runs = 1;
 };
+
+/// The most a job's time limit is multiplied by (RunRequest::timeout_runs).
+inline constexpr int kMaxTimeoutRuns = 8;
+
+/// The runs `request` makes over `sets` input sets when every run is slower than its time box
+/// (or all of its runs, without a box), at most kMaxTimeoutRuns: what RunRequest::timeout_runs
+/// should be so that a slow but correct kernel (3.5 s a call against a 10-s limit) is not a
+/// `timeout` of the timing job when each of its correctness runs was not.
+inline int timeout_runs_of(const RunRequest& request, size_t sets) {
+  const int r = static_cast<int>(sets < 1 ? 1 : sets);
+  const int warmup = request.warmup < 0 ? 0 : request.warmup;
+  const int trials = request.trials < 1 ? 1 : request.trials;
+  int runs = warmup + trials;
+  if (request.max_seconds > 0) runs = (warmup < r ? warmup : r) + 1;  // warm-up is cut only once every set ran
+  if (runs < r) runs = r;
+  return runs < kMaxTimeoutRuns ? runs : kMaxTimeoutRuns;
+}
 
 /// Result of running a launch sequence in a worker.
 struct RunOutcome {

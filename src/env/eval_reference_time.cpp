@@ -15,6 +15,7 @@ std::optional<std::string> Evaluation::time_reference(Timed& out) {
   BoundPlan rplan = bound_;
   const std::vector<std::vector<int>> rotations = add_rotated_sets(rplan, n_in_, R);
   RunRequest rreq = timing_request(o_, rotations);
+  rreq.timeout_runs = timeout_runs_of(rreq, static_cast<size_t>(R));
   const std::string gpu_reference = v_.backend_->reference_device();
   if (!gpu_reference.empty()) {
     rreq.reference = ReferenceProgram{task_.spec().reference.torchscript, task_.spec().reference.file, task_.spec().file,

@@ -127,6 +127,7 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
     treq.warmup_ms = 0;
     treq.max_seconds = 0;
   }
+  treq.timeout_runs = timeout_runs_of(treq, static_cast<size_t>(R));
   treq.rewrite_seed = secret;
   treq.rewrite_inputs = rewrite_inputs_;
   treq.perturb_inputs = perturb_inputs_;

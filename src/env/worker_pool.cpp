@@ -743,8 +743,12 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
                              : watched.cpu_limited    ? g(t) + " s of CPU time"
                                                       : g(std::max(3 * t, t + 30)) +
                                                  " s of wall time (it was not computing: sleeping or blocked?)";
+    const int runs = std::clamp(request.timeout_runs, 1, kMaxTimeoutRuns);
+    const std::string per_run = runs > 1 ? " (" + std::to_string(runs) + " runs of env.run_timeout_s " +
+                                               g(options_.run_timeout_s) + " s: the fewest runs this timing job makes)"
+                                         : std::string();
     out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " did not finish within " +
-                  secs + (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
+                  secs + per_run + (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
                   " (an infinite loop or far too much work)";
   } else {
     close(w.sock);
@@ -783,8 +787,9 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   // start-up, cuBLAS handle, TorchScript compile): it gets kReferenceStartupS more than a
   // candidate's job.
   Exchange x;
-  x.timeout_s = options_.run_timeout_s > 0 && request.reference ? options_.run_timeout_s + kReferenceStartupS
-                                                                 : options_.run_timeout_s;
+  const double base_timeout_s =
+      options_.run_timeout_s * std::clamp(request.timeout_runs, 1, kMaxTimeoutRuns);  // several slow runs
+  x.timeout_s = options_.run_timeout_s > 0 && request.reference ? base_timeout_s + kReferenceStartupS : base_timeout_s;
   send_job(slot, w, artifact, plan, buffers, request, x);
   // 3. The reply, watched (CPU, wall time, memory, threads).
   await_reply(*w, plan, buffers, request, x);
