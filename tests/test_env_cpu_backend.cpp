@@ -1,6 +1,7 @@
 // Tests of the cpu backend (real g++), the worker pool (real processes) and the subprocess helper.
 #include <doctest/doctest.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -167,7 +168,11 @@ TEST_CASE("env: cpu backend compiles, caches, and reports compile errors with li
   CHECK(fs::exists(first.artifact.path));
   CHECK(first.artifact.exports.count("vadd") == 1);
   CHECK(first.artifact.exports.count("__leap_call_pppiifd") == 0);  // trampolines are hidden from the list
-  auto mtime = fs::last_write_time(first.artifact.path);
+  auto inode_of = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? st.st_ino : ino_t(0);
+  };
+  const ino_t inode = inode_of(first.artifact.path);  // written once (a rewrite renames a new file in)
 
   auto again = backend->compile(kVaddCode, plan);
   REQUIRE(again.ok);
@@ -175,7 +180,7 @@ TEST_CASE("env: cpu backend compiles, caches, and reports compile errors with li
   CHECK(again.artifact.path == first.artifact.path);
   CHECK(again.artifact.exports == first.artifact.exports);
   CHECK(backend->compiler_runs() == 1);  // no second compiler run
-  CHECK(fs::last_write_time(again.artifact.path) == mtime);
+  CHECK(inode_of(again.artifact.path) == inode);
 
   // A second backend on the same cache directory also hits.
   auto other = make_backend(dir);
@@ -209,6 +214,53 @@ TEST_CASE("env: cpu backend compiles, caches, and reports compile errors with li
       "extern \"C\" void helper();\nextern \"C\" void vadd() { helper(); }\n", plan);
   CHECK_FALSE(undefined.ok);
   CHECK(undefined.feedback.find("helper") != std::string::npos);
+}
+
+TEST_CASE("env: the compile cache keeps at most its bound of modules, the least recently used out first") {
+  TempDir dir;
+  CompileCache cache(dir.path.string(), ".so", 1000);
+  const std::string module(300, 'm');
+  const auto base = fs::file_time_type::clock::now() - std::chrono::seconds(100);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 6; ++i) {
+    keys.push_back(CompileCache::key_of("answer " + std::to_string(i)));
+    cache.store_compiled(keys.back(), module, {"k"});
+    // Written a second apart in file time, so the order is the stores' whatever the clock's resolution.
+    fs::last_write_time(dir.path / (keys.back() + ".so"), base + std::chrono::seconds(i));
+    if (i == 2) CHECK(cache.find(keys[0]).state == CompileCache::Entry::State::compiled);  // a hit: used now
+    uintmax_t total = 0;
+    for (const auto& e : fs::directory_iterator(dir.path))
+      if (e.path().extension() == ".so") total += e.file_size();
+    CAPTURE(i);
+    CHECK(total <= 1000);
+    CHECK(fs::exists(dir.path / (keys.back() + ".so")));  // the newest stays
+  }
+  // 300-byte modules under a 1000-byte bound: the 4th store evicts down to 750 bytes (two modules
+  // left: the one used at the 3rd and the 4th), and so does the 6th.
+  CHECK(cache.find(keys[0]).state == CompileCache::Entry::State::compiled);
+  CHECK(cache.find(keys[5]).state == CompileCache::Entry::State::compiled);
+  for (int i = 1; i < 5; ++i) CHECK(cache.find(keys[static_cast<size_t>(i)]).state == CompileCache::Entry::State::missing);
+  CHECK_FALSE(fs::exists(dir.path / (keys[1] + ".exports")));
+}
+
+TEST_CASE("env: a module larger than a worker loads is a compile_error, cached as the answer's own") {
+  TempDir dir;
+  auto backend = make_backend(dir);
+  auto task = vadd_task(16);
+  auto plan = parse_launch_plan(kVaddPlan, task, backend->plan_options());
+  const std::string big = std::string("static volatile char big[80 << 20] = {1};\n") + kVaddCode +
+                          "extern \"C\" char touch() { return big[12345]; }\n";
+  auto r = backend->compile(big, plan);
+  CHECK_FALSE(r.ok);
+  CHECK(r.feedback.find("MB a worker loads") != std::string::npos);
+  const int runs = backend->compiler_runs();
+  auto again = backend->compile(big, plan);
+  CHECK_FALSE(again.ok);
+  CHECK(backend->compiler_runs() == runs);  // served from the cache: a failure of its own
+  uintmax_t stored = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir.path))
+    if (e.is_regular_file()) stored += e.file_size();
+  CHECK(stored < (uintmax_t(1) << 20));  // no 80-MB module kept
 }
 
 TEST_CASE("env: cpu compile timeout is a compile_error that says so") {

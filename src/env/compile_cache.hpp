@@ -9,6 +9,7 @@
 // see or leave a half-written entry. The key is the SHA-256 of everything that decides the
 // output (source, flags, compiler version): a collision would serve another answer's binary.
 #include <array>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <string>
@@ -28,8 +29,14 @@ class CompileCache {
   };
 
   /// A cache in `dir` (created if missing; throws leap::Error naming it when it cannot be) whose
-  /// modules end in `binary_ext` (".so", ".cubin").
-  CompileCache(std::string dir, std::string binary_ext);
+  /// modules end in `binary_ext` (".so", ".cubin"), holding at most `max_bytes` of modules (0: no
+  /// bound): a store that takes the folder past it removes the least recently written modules
+  /// until it holds three quarters of it (an RL run compiles every answer; a red team filled the
+  /// disk at 200 MB an answer, 2026-12-06).
+  CompileCache(std::string dir, std::string binary_ext, uint64_t max_bytes = kDefaultMaxBytes);
+
+  /// The default bound on a cache folder's modules: 4 GiB.
+  static constexpr uint64_t kDefaultMaxBytes = uint64_t(4) << 30;
 
   /// The key of a compile: SHA-256 (hex, 64 digits) of `text`, which must hold everything the
   /// output depends on.
@@ -51,8 +58,15 @@ class CompileCache {
   const std::string& dir() const { return dir_; }
 
  private:
+  /// Removes the least recently written modules (and their .exports) but `keep` until the
+  /// folder's modules take at most three quarters of max_bytes_. Caller holds size_mutex_.
+  void evict(const std::string& keep) const;
+
   std::string dir_;
   std::string binary_ext_;
+  uint64_t max_bytes_ = 0;
+  mutable std::mutex size_mutex_;
+  mutable int64_t bytes_ = -1;  ///< the folder's module bytes as this process counts them; -1: not yet read
   std::array<std::mutex, 64> stripes_;
 };
 

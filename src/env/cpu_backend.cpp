@@ -266,6 +266,19 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
     if (compile_failure_is_the_answers(r)) cache_->store_failed(key, out.log);
     return out;
   }
+  // A module a worker could not load (its file-size limit: large initialised static data) is
+  // the answer's own compile failure, cached as one, never a module in the cache (a red team
+  // stored 200 MB a compile this way).
+  std::error_code size_ec;
+  const uintmax_t module_bytes = fs::file_size(work / "module.so", size_ec);
+  if (!size_ec && module_bytes > kMaxModuleBytes) {
+    out.log = "the compiled module is " + std::to_string(module_bytes >> 20) + " MB, more than the " +
+              std::to_string(kMaxModuleBytes >> 20) + " MB a worker loads: large initialised static data? " +
+              "(allocate it at run time, or use scratch)";
+    out.feedback = bound_text(header + out.log, options_.feedback_chars);
+    cache_->store_failed(key, out.log);
+    return out;
+  }
   auto names = list_exports(work, "module.so", options_.sandbox);
   out.ok = true;
   out.artifact.path = cache_->store_compiled(key, read_file(work / "module.so"), names);

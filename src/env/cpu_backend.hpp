@@ -13,6 +13,7 @@
 // int, ...) is not needed there: on x86-64 and AArch64 any pointer type and int64_t share the
 // integer registers, float and double the vector registers. grid and block are ignored.
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,12 +26,18 @@
 
 namespace leap::env {
 
+/// The largest compiled module the cpu backend accepts, bytes: a cpu worker writes its module to
+/// its own /code under RLIMIT_FSIZE 64 MB (env/sandbox.hpp). A larger one is a compile_error.
+inline constexpr uintmax_t kMaxModuleBytes = uintmax_t(64) << 20;
+
 /// Settings of the cpu backend.
 struct CpuBackendOptions {
   std::string compiler = "g++";
   /// Flags before the sources; `-o module.so` follows the sources. `-Wl,--no-undefined` turns
   /// a call to an undefined function into a compile error instead of a load failure.
-  std::vector<std::string> flags = {"-O3", "-march=native", "-fPIC", "-shared", "-Wl,--no-undefined"};
+  /// `-std=gnu++20`: the standard the prompt names (g++ 12 defaulted to gnu++17, and std::span was a
+  /// compile_error for a new user's honest answer).
+  std::vector<std::string> flags = {"-std=gnu++20", "-O3", "-march=native", "-fPIC", "-shared", "-Wl,--no-undefined"};
   std::string cache_dir;            ///< compiled modules; empty = $TMPDIR/leap-cpu-cache-<uid>
   double compile_timeout_s = 60;    ///< compiler wall-clock limit, seconds
   size_t feedback_chars = 2000;     ///< bound on compile feedback, characters
