@@ -274,6 +274,24 @@ TEST_CASE("env sandbox: reads of files outside the allowed set fail") {
   CHECK(off.r0 >= 1);
 }
 
+TEST_CASE("env sandbox: a cpu answer reads its sandbox's host name, not the host's") {
+  // A red team printed the host's name (and /usr files embedded at compile time) through an
+  // exception's text into the feedback: a worker has its own UTS namespace.
+  if (!host_has(&SandboxReport::filesystem)) return;
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  leap::test::TempDir dir;
+  const std::string body = std::string("  char hn[256] = {};\n  gethostname(hn, sizeof hn - 1);\n") +
+                           "  r0 = strcmp(hn, \"" + host + "\") == 0;\n  r1 = strcmp(hn, \"leap-sandbox\") == 0;\n";
+  Observed o = run_probe(dir, probe_code("#include <cstring>\n#include <unistd.h>\n", body), SandboxMode::auto_);
+  REQUIRE_MESSAGE(o.outcome.ok(), o.outcome.message);
+  CHECK(o.r0 == 0);
+  CHECK(o.r1 == 1);
+  Observed off = run_probe(dir, probe_code("#include <cstring>\n#include <unistd.h>\n", body), SandboxMode::off);
+  REQUIRE(off.outcome.ok());
+  CHECK(off.r0 == 1);
+}
+
 TEST_CASE("env sandbox: a cpu answer can dlopen no system library and read nothing under /usr, its worker's libraries stay") {
   // Before, the worker's root bound the host's /usr: any library installed system-wide (the
   // reference BLAS, OpenMP's runtime, an OpenBLAS or MKL) could be dlopen'ed by an answer.
