@@ -75,6 +75,38 @@ TEST_CASE("env cpu-time bound: own CPU beyond the no-op, failing closed, merging
   CHECK_FALSE(cpu_over(v, 1.0, 2));
 }
 
+TEST_CASE("env cpu-time bound: CPU in threads besides the calling one is charged, and alone it is no forged time") {
+  // 30 ms over 10 runs, 12 ms of it in the worker's main thread; the no-op job 5 ms over 10 runs,
+  // all in its main thread: 3.0 - 0.5 = 2.5 ms a run of own CPU, 1.8 of it in other threads.
+  RunOutcome cand = job(30.0, 10), base = job(5.0, 10);
+  cand.job_main_cpu_ms = 12.0;
+  base.job_main_cpu_ms = 5.0;
+  CpuUse u = cpu_use(base, cand, true, "unused");
+  CHECK(u.own_ms == doctest::Approx(2.5));
+  CHECK(u.other_threads_ms == doctest::Approx(1.8));
+  // Reported 1.0 ms a call: the limit is 1.5 + 2/10 + 0.05 x 0.5 = 1.725. Over it in all (2.5),
+  // within it on the calling thread alone (0.7): parallel code.
+  CHECK(cpu_over(u, 1.0, 1));
+  CHECK(cpu_over_by_threads(u, 1.0, 1));
+  // The same 2.5 ms with 0.5 of it in other threads: the calling thread's 2.0 ms is over by
+  // itself (a forged time), whatever threads run beside it.
+  cand.job_main_cpu_ms = 25.0;
+  CpuUse forged = cpu_use(base, cand, true, "unused");
+  CHECK(forged.other_threads_ms == doctest::Approx(0.5));
+  CHECK(cpu_over(forged, 1.0, 1));
+  CHECK_FALSE(cpu_over_by_threads(forged, 1.0, 1));
+  // Within the bound: nothing to explain. Unknown main-thread CPU: no threads to credit.
+  CHECK_FALSE(cpu_over_by_threads(u, 2.0, 1));
+  cand.job_main_cpu_ms = -1;
+  CpuUse unknown = cpu_use(base, cand, true, "unused");
+  CHECK(unknown.other_threads_ms < 0);
+  CHECK_FALSE(cpu_over_by_threads(unknown, 1.0, 1));
+  // The worker's own threads (the no-op's beyond its main thread) are not the code's.
+  base.job_main_cpu_ms = 3.0;  // 0.2 ms a run in the worker's other threads
+  cand.job_main_cpu_ms = 12.0;
+  CHECK(cpu_use(base, cand, true, "unused").other_threads_ms == doctest::Approx(1.6));
+}
+
 TEST_CASE("env cpu-time bound: a suspicious result is paid at most what its measured CPU a run would earn") {
   CpuUse use;
   use.runs = 100;

@@ -408,6 +408,25 @@ TEST_CASE("env timing: a slow but correct kernel is timed, not a timeout (each r
   CHECK(too_slow.verdict == env::Verdict::timeout);
 }
 
+TEST_CASE("env timing: code that runs threads is charged their CPU, and is not flagged as a forged time") {
+  // A thread the answer starts on its first call spins beside every later call (as a helper
+  // thread of parallel code may wait busily). The calling thread's CPU is within the bound; the
+  // job's is far over it: timed by its CPU time, as any code over the bound, and not `suspicious`
+  // (a new user's honest 2-thread gelu, matmul and linear were flagged as hacks before).
+  auto r = grade_relu(std::string("  static bool started = false;\n"
+                                  "  if (!started) { started = true; std::thread([] { for (;;) asm volatile(\"\"); }).detach(); }\n") +
+                      kCompute);
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == env::Verdict::correct);
+  CHECK(r.details.count("cpu_bound") == 1);
+  CHECK(r.details.count("cpu_threads_ms_per_run") == 1);
+  CHECK_FALSE(r.suspicious);
+  CHECK(r.feedback.find("threads besides the calling one") != std::string::npos);
+  // Charged: timed by the job's CPU a run, threads included.
+  REQUIRE(r.details.count("cpu_ms_per_run") == 1);
+  CHECK(r.candidate_ms >= 0.99 * std::stod(r.details.at("cpu_ms_per_run")));
+}
+
 TEST_CASE("env timing: a run sample drawn as the runs are made keeps each run with the same probability") {
   // Reservoir sampling (env/run_sample.hpp): the first k runs fill the slots, and after n runs
   // each run is kept with probability k / n, whatever n is.

@@ -169,6 +169,9 @@ struct RunOutcome {
   /// from outside (the process's CPU clock, from sending the job to its reply); never read from
   /// the worker's reply. -1 when the job ran in-process or the clock could not be read.
   double job_cpu_ms = -1;
+  /// Of job_cpu_ms, what the worker's main thread (the one that makes the calls) used, ms, from
+  /// /proc/PID/task/PID/schedstat; the rest ran in other threads. -1 when it could not be read.
+  double job_main_cpu_ms = -1;
 
   /// True if the sequence ran to completion.
   bool ok() const { return verdict == Verdict::correct; }

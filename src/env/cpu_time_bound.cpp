@@ -12,10 +12,15 @@ CpuUse cpu_use(const RunOutcome& base, const RunOutcome& cand, bool noop_built, 
   use.runs = static_cast<int>(cand.runs.size());
   use.own_ms = cand.job_cpu_ms >= 0 && use.runs > 0 ? cand.job_cpu_ms / use.runs : -1;
   use.job_ms = use.own_ms;
+  if (use.own_ms >= 0 && cand.job_main_cpu_ms >= 0)
+    use.other_threads_ms = std::max(0.0, cand.job_cpu_ms - cand.job_main_cpu_ms) / use.runs;
   if (use.own_ms >= 0) {
     if (noop_built && base.ok() && base.job_cpu_ms >= 0 && !base.runs.empty()) {
       use.noop_ms = base.job_cpu_ms / static_cast<double>(base.runs.size());
       use.own_ms -= use.noop_ms;
+      if (use.other_threads_ms >= 0 && base.job_main_cpu_ms >= 0)  // the worker's own threads, if any
+        use.other_threads_ms = std::max(0.0, use.other_threads_ms - std::max(0.0, base.job_cpu_ms - base.job_main_cpu_ms) /
+                                                                         static_cast<double>(base.runs.size()));
     } else {
       use.why = " (no no-op baseline: " + (noop_built ? base_failure : std::string("it did not compile")) + ")";
     }
@@ -48,6 +53,13 @@ double cpu_limit(const CpuUse& use, double reported, int threads) {
 
 bool cpu_over(const CpuUse& use, double reported, int threads) {
   return use.runs > 0 && !(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported, threads));
+}
+
+bool cpu_over_by_threads(const CpuUse& use, double reported, int threads) {
+  if (!cpu_over(use, reported, threads) || !std::isfinite(use.own_ms) || !(use.other_threads_ms > 0)) return false;
+  CpuUse calling = use;
+  calling.own_ms = use.own_ms - use.other_threads_ms;
+  return !cpu_over(calling, reported, threads);
 }
 
 double suspicious_payout(double threshold, double ref_ms, const CpuUse& use, int threads) {

@@ -34,6 +34,10 @@ struct CpuUse {
   double noop_ms = 0;  ///< the no-op job's CPU a run (ms); 0 when there was none
   int runs = 0;        ///< runs the candidate's job made
   std::string why;     ///< non-empty when the check failed closed (no baseline, CPU unreadable)
+  /// Of own_ms, the CPU a run of threads other than the calling one (the job's beyond its main
+  /// thread's, less the no-op job's), ms; -1 when unknown. Code that splits its work over threads
+  /// is charged all of it (env.cpu.threads is the comparison's budget), and is not a cheat.
+  double other_threads_ms = -1;
 };
 
 /// The candidate's own CPU a run in job `cand`, beyond the no-op job `base` (when `noop_built`
@@ -66,6 +70,11 @@ double cpu_limit(const CpuUse& use, double reported, int threads);
 
 /// True when `use` (of a job that made runs) is over cpu_limit, or not finite.
 bool cpu_over(const CpuUse& use, double reported, int threads);
+
+/// True when `use` is over the bound only because of its other threads: what the calling thread
+/// used alone (own_ms - other_threads_ms) is within cpu_limit. Such code is timed by its CPU time
+/// like any over the bound, but it made threads (honest parallel code), not a forged time.
+bool cpu_over_by_threads(const CpuUse& use, double reported, int threads);
 
 /// What a suspicious result (a speedup above `threshold` twice) is paid (issue "Environment V",
 /// item 5): the threshold, and never more than an honest answer of the code's measured CPU a run

@@ -92,13 +92,28 @@ void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& can
     if (!why.empty()) ok_.details["cpu_bound_baseline"] = why;  // closed, but within the bound anyway
     return;
   }
+  if (std::isfinite(own)) cand_ms = std::max(cand_ms, own / static_cast<double>(threads));
+  if (why.empty() && env::cpu_over_by_threads(use, reported, threads)) {
+    // Over the bound only by its other threads (the calling thread's own CPU is within it):
+    // parallel code, charged all its threads' CPU (the comparison's budget is env.cpu.threads),
+    // not flagged as a forged time.
+    ok_.details["cpu_bound"] = "the job used " + fmt_ms(own) + " ms of CPU per run, " + fmt_ms(use.other_threads_ms) +
+                               " ms of it in threads besides the calling one, against a reported median of " +
+                               fmt_ms(reported) + " ms";
+    ok_.details["cpu_threads_ms_per_run"] = fmt_num(use.other_threads_ms);
+    cpu_note_ = "\nnote: the code used " + fmt_ms(use.other_threads_ms) + " ms of CPU a run in threads besides the " +
+                "calling one (" + fmt_ms(own) + " ms in all, against a median of " + fmt_ms(reported) +
+                " ms reported by the timed calls); a call is charged the CPU of all its threads (env.cpu.threads is " +
+                std::to_string(threads) + "), so it is timed by its CPU time (" + fmt_ms(cand_ms) + " ms)";
+    return;
+  }
   ok_.suspicious = true;
   ok_.details["cpu_bound"] = "the job used " + fmt_ms(own) + " ms of CPU per run against a reported median of " +
                              fmt_ms(reported) + " ms" + why;
-  if (std::isfinite(own)) cand_ms = std::max(cand_ms, own / static_cast<double>(threads));
   cpu_note_ = "\nnote: the timing job used " + fmt_ms(own) + " ms of CPU time per run beyond a no-op's" + why +
               ", against a median of " + fmt_ms(reported) + " ms reported by the timed calls: the code ran outside " +
-              "its timed calls or altered the timer, so it is timed by its CPU time (" + fmt_ms(cand_ms) + " ms) and flagged";
+              "its timed calls (work done when it is loaded counts too, such as a large table or buffer " +
+              "initialised) or altered the timer, so it is timed by its CPU time (" + fmt_ms(cand_ms) + " ms) and flagged";
 }
 
 // A CPU-time check job: the code for exactly `n` runs (a sample checked; see prepare_job) between

@@ -56,6 +56,16 @@ double process_cpu_ms(pid_t pid) {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
+/// The CPU time of process `pid`'s main thread alone (ms, the scheduler's nanosecond run time in
+/// /proc/PID/task/PID/schedstat); -1 when it cannot be read.
+double main_thread_cpu_ms(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/schedstat";
+  std::ifstream in(path);
+  unsigned long long ns = 0;
+  if (!(in >> ns)) return -1;
+  return static_cast<double>(ns) * 1e-6;
+}
+
 // CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
 double process_cpu_seconds(pid_t pid) { return std::max(0.0, process_cpu_ms(pid)) * 1e-3; }
 
@@ -526,6 +536,7 @@ struct WorkerPool::Exchange {
   double timeout_s = 0;        ///< the job's time limit (s): CPU or wall (PoolOptions::cpu_time_limit)
   Clock::time_point start;     ///< when the job was sent
   double cpu_at_send = -1;     ///< the worker's CPU time (ms) when its job's limits started counting
+  double main_at_send = -1;    ///< ... and its main thread's alone (ms)
   WatchLimits lim;             ///< what is watched while the parent waits
   Watched watched;             ///< how the last wait ended
   std::string reply;           ///< the reply frame, when watched.r == Recv::ok
@@ -640,6 +651,7 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
   if (x.watched.r != Recv::ok || x.reply != kMappedFrame) return;
   x.reply.clear();
   x.cpu_at_send = process_cpu_ms(w.pid);
+  x.main_at_send = main_thread_cpu_ms(w.pid);
   const WatchStart watch_start = WatchStart::now(w.pid, x.lim);  // the job's limits count from its "go"
   const char go = 'g';
   if (!send_all(w.sock, &go, 1)) {
@@ -796,6 +808,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   // The job's CPU time, read from outside: whatever the code does to the worker's own clocks, it
   // cannot hide the CPU it used (the verifier compares it with the reported times).
   const double cpu_at_reply = x.watched.r == Recv::ok ? process_cpu_ms(w->pid) : -1;
+  const double main_at_reply = x.watched.r == Recv::ok ? main_thread_cpu_ms(w->pid) : -1;
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     ++stats_.jobs;
@@ -805,8 +818,11 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   RunOutcome out;
   bool dead = true;
   if (x.watched.r == Recv::ok)
+  {
     dead = decode_checked_reply(plan, request, x, cpu_at_reply, out);
-  else
+    if (out.job_cpu_ms >= 0 && x.main_at_send >= 0 && main_at_reply >= x.main_at_send)
+      out.job_main_cpu_ms = std::min(out.job_cpu_ms, main_at_reply - x.main_at_send);
+  } else
     out = failed_job_outcome(*w, plan, request, x);
   // 5. The worker back to its slot, or retired and replaced in the background (the caller goes
   // on at once).
