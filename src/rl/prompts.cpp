@@ -58,7 +58,7 @@ std::string system_prompt(std::string_view backend) {
           "extern \"C\" __global__ entry points, no host code, no includes beyond what NVRTC ships) "
           "and one ```yaml launch plan.";
   } else {
-    os << "You write fast, correct C++ kernels for the CPU. Answer with one ```cpp block (C++20; extern \"C\" "
+    os << "You write fast, correct C++ kernels for the CPU. Answer with one ```cpp block (extern \"C\" "
           "functions) and one ```yaml launch plan.";
   }
   os << " The launch plan lists the launches in order; args name tensors (passed as pointers), size "
