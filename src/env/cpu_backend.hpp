@@ -35,8 +35,8 @@ struct CpuBackendOptions {
   std::string compiler = "g++";
   /// Flags before the sources; `-o module.so` follows the sources. `-Wl,--no-undefined` turns
   /// a call to an undefined function into a compile error instead of a load failure.
-  /// `-std=gnu++20`: the standard the prompt names (g++ 12 defaulted to gnu++17, and std::span was a
-  /// compile_error for a new user's honest answer).
+  /// `-std=gnu++20`: set, not the compiler's default (g++ 12 defaulted to gnu++17, and std::span was
+  /// a compile_error for a new user's honest answer).
   std::vector<std::string> flags = {"-std=gnu++20", "-O3", "-march=native", "-fPIC", "-shared", "-Wl,--no-undefined"};
   std::string cache_dir;            ///< compiled modules; empty = $TMPDIR/leap-cpu-cache-<uid>
   double compile_timeout_s = 60;    ///< compiler wall-clock limit, seconds
