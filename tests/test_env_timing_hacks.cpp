@@ -427,6 +427,16 @@ TEST_CASE("env timing: code that runs threads is charged their CPU, and is not f
   CHECK(r.candidate_ms >= 0.99 * std::stod(r.details.at("cpu_ms_per_run")));
 }
 
+TEST_CASE("env: a cpu answer compiles as C++20 with the default flags (std::span)") {
+  // g++ 12 defaults to gnu++17: a new user's honest std::span answer was a compile_error.
+  auto r = grade("relu", relu_answer("#include <span>\nextern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+                                     "  std::span<const float> in(x, static_cast<size_t>(n));\n"
+                                     "  for (size_t i = 0; i < in.size(); ++i) y[i] = in[i] > 0 ? in[i] : 0;\n}\n"),
+                 1, 5);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == env::Verdict::correct);
+}
+
 TEST_CASE("env timing: a run sample drawn as the runs are made keeps each run with the same probability") {
   // Reservoir sampling (env/run_sample.hpp): the first k runs fill the slots, and after n runs
   // each run is kept with probability k / n, whatever n is.

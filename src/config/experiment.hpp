@@ -41,7 +41,7 @@ struct TasksConfig {
 /// `env.cpu:` host-compiler backend.
 struct EnvCpuConfig {
   std::string compiler = "g++";                          ///< host C++ compiler
-  std::string flags = "-O3 -march=native -fPIC -shared";  ///< compile flags for candidates
+  std::string flags = "-std=gnu++20 -O3 -march=native -fPIC -shared";  ///< compile flags for candidates
   int64_t threads = 1;                                   ///< threads for candidate and reference timing
   double peak_gb_s = 10.0;  ///< stated single-core memory bandwidth the profiling feedback compares with (GB/s)
 };
