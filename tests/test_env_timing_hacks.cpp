@@ -15,6 +15,7 @@
 #include "env/run_sample.hpp"
 #include "env/task_runtime.hpp"
 #include "env/timing_schedule.hpp"
+#include "env/verifier.hpp"
 #include "rl/scoring.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
@@ -481,7 +482,7 @@ TEST_CASE("env timing: with warmup_ms the runs checked are drawn from every run 
   // (warm-up 1 + trials 5): code that skipped the calls beyond them passed (a red team: 6.9x-9.5x
   // on tanh against an honest 0.18x). Drawn as the runs are made, 256 are checked: the chance
   // that none of the 37 skipped calls is among them is below 1e-15 for up to 400 runs.
-  auto grade_warm = [](const std::string& body) {
+  auto grade_warm = [](const std::string& body, bool in_worker = false) {
     test::TempDir dir;
     config::EnvConfig e;
     e.workers = 1;
@@ -492,8 +493,11 @@ TEST_CASE("env timing: with warmup_ms the runs checked are drawn from every run 
     e.timing.max_seconds = 0;
     e.timing.warmup_ms = 40;
     auto env = cli::make_environment(e, "cpu");
+    env::VerifierOptions vo = cli::verifier_options(e);
+    vo.sample_in_worker = in_worker;  // the cuda backend's way: the worker draws them, into slot tensors
+    env::Verifier verifier(env->backend, env->pool, vo);
     env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
-    return env->verifier->evaluate(
+    return verifier.evaluate(
         task, relu_answer("#include <ctime>\nstatic double now_us() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); "
                           "return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }\n"
                           "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n  const double t0 = now_us();\n" +
@@ -510,6 +514,17 @@ TEST_CASE("env timing: with warmup_ms the runs checked are drawn from every run 
   CHECK(skip.verdict == env::Verdict::wrong_output);
   CHECK(skip.feedback.find("on timed call") != std::string::npos);
   CHECK(skip.details.count("cpu_check_jobs") == 0);  // found by the timing job's own checks
+
+  // Drawn by the worker (the cuda backend's path, where the worker runs no host code of the
+  // answer; RunRequest::worker_sample_slots), the same: the honest answer passes, the skip fails.
+  auto honest_w = grade_warm(kCompute, true);
+  CAPTURE(honest_w.feedback);
+  CHECK(honest_w.verdict == env::Verdict::correct);
+  auto skip_w = grade_warm(std::string("  static long calls_ = 0;\n  ++calls_;\n") +
+                           "  if (calls_ > 24 && calls_ <= 61) return;\n" + kCompute, true);
+  CAPTURE(skip_w.feedback);
+  CHECK(skip_w.verdict == env::Verdict::wrong_output);
+  CHECK(skip_w.feedback.find("on timed call") != std::string::npos);
 }
 
 TEST_CASE("env timing: the warm-up lasts warmup_ms, and trials go on until they sum to min_timed_ms") {

@@ -170,6 +170,25 @@ TEST_CASE("env reply: check_reply takes only a run list 0..n-1 within the job's 
   CHECK(env::max_job_runs(boxed, 3) == 501);
   boxed.warmup_ms = 50;
   CHECK(env::max_job_runs(boxed, 3) == env::kMaxTimeWarmupRuns + 500);
+
+  // A sample drawn in the worker (cuda): only runs it made, each in one slot, no more slots than
+  // asked; none when none was asked for.
+  env::RunOutcome sampled;
+  sampled.runs = {0, 1, 2, 3, 4, 5};
+  sampled.times_ms = {1, 1, 1, 1, 1};
+  sampled.sampled_runs = {0, 4};
+  CHECK(contains(env::check_reply(sampled, req, 1, cpu), "did not ask for"));
+  env::RunRequest sampling = req;
+  sampling.worker_sample_slots = 2;
+  CHECK(env::check_reply(sampled, sampling, 1, cpu).empty());
+  sampled.sampled_runs = {0, -1};  // a slot never filled
+  CHECK(env::check_reply(sampled, sampling, 1, cpu).empty());
+  sampled.sampled_runs = {3, 3};
+  CHECK(contains(env::check_reply(sampled, sampling, 1, cpu), "two sample slots"));
+  sampled.sampled_runs = {0, 6};
+  CHECK(contains(env::check_reply(sampled, sampling, 1, cpu), "did not make"));
+  sampled.sampled_runs = {0, 1, 2};
+  CHECK(contains(env::check_reply(sampled, sampling, 1, cpu), "for 2 slots"));
 }
 
 TEST_CASE("env reply: an answer that writes its own reply frame is a runtime_error, never infra_error or a crash") {

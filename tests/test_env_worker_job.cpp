@@ -59,6 +59,9 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   req.min_timed_ms = 4;
   req.profile_launches = true;
   req.snapshots = {{3, {{1, 4}}}, {5, {{1, 5}}}};
+  req.worker_sample_slots = 3;
+  req.worker_sample_first = 4;
+  req.worker_sample_outputs = {1};
   const env::BufferLayout layout = env::BufferLayout::make({128, 128, 128, 128});
 
   const env::WorkerJob job = env::decode_job(env::encode_job(art, plan, req, layout));
@@ -83,6 +86,9 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   CHECK(job.request.profile_launches);
   CHECK(job.request.snapshots.size() == 2);
   CHECK(job.request.snapshots[1].run == 5);
+  CHECK(job.request.worker_sample_slots == 3);
+  CHECK(job.request.worker_sample_first == 4);
+  CHECK(job.request.worker_sample_outputs == std::vector<int>{1});
   CHECK(job.total_bytes == layout.total_bytes);
   CHECK(job.offsets == layout.offsets);
   CHECK(job.guards == layout.guards);
@@ -103,6 +109,7 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   out.times_ms = {0.5, 0.25};
   out.runs = {0, 1, 2};
   out.launch_ms = {0.1, 0.2};
+  out.sampled_runs = {2, -1};
   out.job_cpu_ms = 99;  // the pool's own measurement: never sent
   const env::WorkerReply r = env::decode_reply(env::encode_reply(out, true));
   CHECK(r.exiting);
@@ -112,6 +119,7 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   CHECK(r.outcome.times_ms == out.times_ms);
   CHECK(r.outcome.runs == out.runs);
   CHECK(r.outcome.launch_ms == out.launch_ms);
+  CHECK(r.outcome.sampled_runs == out.sampled_runs);
   CHECK(r.outcome.job_cpu_ms == -1);
   // Forged or broken replies: a parse error or an unknown verdict throws (the pool refuses it).
   CHECK_THROWS(env::decode_reply("{\"verdict\": \"correct\"}"));

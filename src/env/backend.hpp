@@ -117,6 +117,15 @@ struct RunRequest {
   /// is not known in advance: warmup_ms, min_timed_ms), into `snapshot_store`, instead of from
   /// `snapshots`.
   RunSample* sample = nullptr;
+  /// Sent: the worker itself draws the checked runs as they are made, into this many slots (0:
+  /// none), a uniform sample of every run (env/run_sample.hpp, seeded from `rewrite_seed`), and
+  /// reports which run each slot holds (RunOutcome::sampled_runs). For a worker that runs no host
+  /// code of the answer (cuda: device code only), with a schedule whose run count depends on wall
+  /// time (warmup_ms, min_timed_ms). Slot s's copy of output `worker_sample_outputs[j]` goes to
+  /// plan tensor `worker_sample_first + s * worker_sample_outputs.size() + j`.
+  int worker_sample_slots = 0;
+  int worker_sample_first = -1;
+  std::vector<int> worker_sample_outputs;
   /// Worker side only (never sent): called after each run, outside the timed region, once the
   /// backend's own copies are made; false stops the job (the parent is gone).
   std::function<bool(int run)> on_run_done;
@@ -172,6 +181,8 @@ struct RunOutcome {
   /// Of job_cpu_ms, what the worker's main thread (the one that makes the calls) used, ms, from
   /// /proc/PID/task/PID/schedstat; the rest ran in other threads. -1 when it could not be read.
   double job_main_cpu_ms = -1;
+  /// With RunRequest::worker_sample_slots: the run each slot holds, -1 for a slot never filled.
+  std::vector<int> sampled_runs;
 
   /// True if the sequence ran to completion.
   bool ok() const { return verdict == Verdict::correct; }

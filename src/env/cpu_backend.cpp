@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "env/errors.hpp"
 #include "env/input_rewrite.hpp"
 #include "env/poison.hpp"
+#include "env/run_sample.hpp"
 #include "env/timing_schedule.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
@@ -479,8 +481,25 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
     return true;
   };
   hooks.timed = [&](int, size_t rot) { return run_launches(launches, plan, rot, clock_cost, current_launch, out); };
+  // A sample drawn in the worker (RunRequest::worker_sample_slots) is for workers that run no
+  // host code of the answer (cuda); the verifier never asks a cpu worker for one (the answer's
+  // code could read it here), but the mechanism is the same, and the tests run it on the cpu.
+  std::optional<RunSample> sample;
+  if (request.worker_sample_slots > 0)
+    sample.emplace(static_cast<size_t>(request.worker_sample_slots), request.rewrite_seed, request.worker_sample_outputs);
   hooks.after = [&](int run, size_t rot) {
-    copy_run_snapshot(plan, tensors, request, run, rot);
+    if (sample) {
+      const int slot = sample->offer(run);
+      const auto& outs = request.worker_sample_outputs;
+      for (size_t j = 0; slot >= 0 && j < outs.size(); ++j) {
+        const size_t src = rotated_tensor(request, rot, outs[j]);
+        const size_t dst = static_cast<size_t>(request.worker_sample_first) + static_cast<size_t>(slot) * outs.size() + j;
+        copy_bytes(tensors.at(dst), tensors.at(src), plan.tensors.at(src).bytes());
+      }
+      out.sampled_runs = sample->slot_runs();
+    } else {
+      copy_run_snapshot(plan, tensors, request, run, rot);
+    }
     return !request.on_run_done || request.on_run_done(run);
   };
   if (!run_timing_schedule(request, n_rot, hooks, out)) return out;

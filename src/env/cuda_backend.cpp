@@ -5,11 +5,13 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "env/cuda_driver.hpp"
 #include "env/cuda_reference.hpp"
 #include "env/poison.hpp"
+#include "env/run_sample.hpp"
 #include "env/timing_schedule.hpp"
 #include "util/median.hpp"
 #include "util/error.hpp"
@@ -148,7 +150,10 @@ class CudaJob {
   CudaJob(const CudaDriverApi& d, bool& poisoned, const BoundPlan& plan, const std::vector<void*>& tensors,
           const RunRequest& request, std::atomic<int>* current_launch, RunOutcome& out)
       : d(d), poisoned(poisoned), plan(plan), tensors(tensors), request(request), current_launch(current_launch),
-        out(out), n_rot(std::max<size_t>(1, request.rotations.size())) {}
+        out(out), n_rot(std::max<size_t>(1, request.rotations.size())) {
+    if (request.worker_sample_slots > 0)
+      sample.emplace(static_cast<size_t>(request.worker_sample_slots), request.rewrite_seed, request.worker_sample_outputs);
+  }
   ~CudaJob() {
     if (poisoned) return;
     for (CUdeviceptr p : buffers)
@@ -230,6 +235,8 @@ class CudaJob {
   const size_t n_rot;
   bool profile = false;  ///< per-launch times from the warm-up runs (RunRequest::profile_launches)
   std::vector<std::vector<double>> launch_samples;  ///< [launch][warm-up run]
+  /// The checked runs drawn as they are made (RunRequest::worker_sample_slots > 0).
+  std::optional<RunSample> sample;
 
  private:
   CUdevice dev = 0;
@@ -567,6 +574,22 @@ double CudaJob::run_launches(int run, size_t rot, bool mark) {
 }
 
 bool CudaJob::copy_snapshots(int run, size_t rot) {
+  if (sample) {  // drawn here as the runs are made (RunRequest::worker_sample_slots)
+    const int slot = sample->offer(run);
+    if (slot < 0) return true;
+    const auto& outs = request.worker_sample_outputs;
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const size_t src = rotated_tensor(request, rot, outs[j]);
+      const size_t dst = static_cast<size_t>(request.worker_sample_first) + static_cast<size_t>(slot) * outs.size() + j;
+      const CUresult r = d.cuMemcpyDtoDAsync(buffers.at(dst), buffers.at(src), plan.tensors.at(src).bytes(), stream);
+      if (r != CUDA_SUCCESS) {
+        fail(Verdict::runtime_error, "copying a checked run's outputs", r, -1);
+        return false;
+      }
+    }
+    out.sampled_runs = sample->slot_runs();
+    return true;
+  }
   if (const Snapshot* snap = snapshot_for_run(request, run))
     for (const auto& [position, dst] : snap->copies) {
       const size_t src = rotated_tensor(request, rot, position);

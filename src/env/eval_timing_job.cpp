@@ -102,7 +102,11 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   // runs are drawn by the parent as the runs are made (env/run_sample.hpp), every run made
   // equally likely, and as many as fit kCheckEveryRunBytes (all of them when the job makes no
   // more); a list drawn before the job could cover only the runs it was sure to make.
-  const bool sampled = !check_job && fixed_runs <= 0 && reference_on_device_ && (o_.warmup_ms > 0 || o_.min_timed_ms > 0);
+  const bool extensible = !check_job && fixed_runs <= 0 && (o_.warmup_ms > 0 || o_.min_timed_ms > 0);
+  const bool sampled = extensible && reference_on_device_ && !o_.sample_in_worker;
+  // ... and where the worker runs no host code of the answer (cuda: device code only), the
+  // worker draws them itself, into slot tensors of the plan, and says which run each slot holds.
+  const bool worker_sampled = extensible && !sampled;
   // Every run, where that is cheap: code that computes only the runs it guesses are checked
   // (or reads which ones from its own process's memory) then fails on any other.
   const bool every_run =
@@ -138,7 +142,23 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   // (WorkerPool, RunRequest::parent_snapshots).
   treq.parent_snapshots = reference_on_device_ && (check_job || sampled || !every_run);
   treq.report_every = block;
-  if (sampled) {
+  if (worker_sampled) {
+    const size_t per_run = std::max<size_t>(1, out_bytes_);
+    size_t slots = kCheckEveryRunBytes / per_run;  // slot tensors: shared memory, device memory on cuda
+    slots = std::min(slots, std::max<size_t>(static_cast<size_t>(max_runs_), kMinSampledRuns));
+    slots = std::max<size_t>(slots, static_cast<size_t>(std::max(1, o_.checked_runs)));
+    treq.worker_sample_slots = static_cast<int>(slots);
+    treq.worker_sample_first = static_cast<int>(tplan.tensors.size());
+    for (size_t j = 0; j < n_out_; ++j) treq.worker_sample_outputs.push_back(static_cast<int>(n_in_ + j));
+    for (size_t slot = 0; slot < slots; ++slot)
+      for (size_t j = 0; j < n_out_; ++j) {
+        BoundTensor copy = bound_.tensors[n_in_ + j];
+        copy.name += "@slot" + std::to_string(slot);
+        tplan.tensors.push_back(copy);
+      }
+    treq.parent_snapshots = false;
+    n_checked = 0;  // no list: drawn as the runs are made
+  } else if (sampled) {
     const size_t per_run = std::max<size_t>(1, out_bytes_);
     size_t slots = (strict ? budget : kCheckEveryRunBytes) / per_run;
     slots = std::min(slots, std::max<size_t>(static_cast<size_t>(max_runs_), kMinSampledRuns));
@@ -182,6 +202,7 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
     for (const Snapshot& snap : treq.snapshots)
       for (const auto& [pos, dst] : snap.copies)
         prefill_output(tbuf, static_cast<size_t>(dst), bound_.tensors[static_cast<size_t>(pos)]);
+
   return job;
 }
 
@@ -210,9 +231,13 @@ std::optional<EvalResult> Evaluation::verify_job(const TimingJob& job, Timed& ou
   std::vector<int> last_run(static_cast<size_t>(R), -1);
   for (int t : run.runs) last_run[static_cast<size_t>(t % R)] = t;
   // The checked runs: drawn before the job (the request's list) or while it ran (its sample).
-  const std::vector<Snapshot> drawn = job.sample ? job.sample->snapshots() : std::vector<Snapshot>{};
+  const bool drawn_in_job = job.sample || treq.worker_sample_slots > 0;
+  const std::vector<Snapshot> drawn =
+      job.sample ? job.sample->snapshots()
+      : treq.worker_sample_slots > 0 ? snapshots_of_slots(run.sampled_runs, treq.worker_sample_outputs, treq.worker_sample_first)
+                                     : std::vector<Snapshot>{};
   auto find_snapshot = [&](int t) -> const Snapshot* {
-    if (!job.sample) return snapshot_for_run(treq, t);
+    if (!drawn_in_job) return snapshot_for_run(treq, t);
     auto it = std::lower_bound(drawn.begin(), drawn.end(), t, [](const Snapshot& s, int r) { return s.run < r; });
     return it != drawn.end() && it->run == t ? &*it : nullptr;
   };

@@ -50,6 +50,19 @@ std::string check_reply(RunOutcome& reply, const RunRequest& request, size_t lau
              std::to_string(least);
     if (reply.times_ms.empty()) return "it completed without one timed run";
   }
+  if (request.worker_sample_slots <= 0 && !reply.sampled_runs.empty()) return "it reports sampled runs the job did not ask for";
+  if (request.worker_sample_slots > 0) {
+    if (reply.sampled_runs.size() > static_cast<size_t>(request.worker_sample_slots))
+      return "it reports " + std::to_string(reply.sampled_runs.size()) + " sampled runs for " +
+             std::to_string(request.worker_sample_slots) + " slots";
+    std::vector<int> seen;
+    for (int r : reply.sampled_runs) {
+      if (r < -1 || r >= static_cast<int>(reply.runs.size())) return "it reports a sampled run it did not make";
+      if (r >= 0) seen.push_back(r);
+    }
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) return "it reports one run in two sample slots";
+  }
   if (reply.message.size() > kMaxReplyMessageBytes) {
     const size_t cut = reply.message.size() - kMaxReplyMessageBytes;
     reply.message.resize(kMaxReplyMessageBytes);

@@ -23,14 +23,16 @@ int RunSample::offer(int run) {
   return static_cast<int>(slot);
 }
 
-std::vector<Snapshot> RunSample::snapshots() const {
+std::vector<Snapshot> RunSample::snapshots() const { return snapshots_of_slots(slot_run_, outputs_, 0); }
+
+std::vector<Snapshot> snapshots_of_slots(const std::vector<int>& slot_runs, const std::vector<int>& outputs, int first) {
   std::vector<Snapshot> out;
-  const size_t n_out = outputs_.size();
-  for (size_t s = 0; s < slot_run_.size(); ++s) {
-    if (slot_run_[s] < 0) continue;
+  const size_t n_out = outputs.size();
+  for (size_t s = 0; s < slot_runs.size(); ++s) {
+    if (slot_runs[s] < 0) continue;
     Snapshot snap;
-    snap.run = slot_run_[s];
-    for (size_t j = 0; j < n_out; ++j) snap.copies.emplace_back(outputs_[j], static_cast<int>(s * n_out + j));
+    snap.run = slot_runs[s];
+    for (size_t j = 0; j < n_out; ++j) snap.copies.emplace_back(outputs[j], first + static_cast<int>(s * n_out + j));
     out.push_back(std::move(snap));
   }
   std::sort(out.begin(), out.end(), [](const Snapshot& a, const Snapshot& b) { return a.run < b.run; });

@@ -38,11 +38,18 @@ class RunSample {
   /// index) pairs, as RunRequest::snapshot_store expects.
   std::vector<Snapshot> snapshots() const;
 
+  /// The run each slot holds, -1 for a slot not filled yet.
+  const std::vector<int>& slot_runs() const { return slot_run_; }
+
  private:
   std::vector<int> slot_run_;  ///< the run each slot holds, -1: none yet
   std::vector<int> outputs_;
   std::mt19937_64 rng_;
   int next_ = 0;  ///< the run offer() expects next
 };
+
+/// Snapshots of the runs `slot_runs` names (slot s holds run slot_runs[s], -1: none), sorted by
+/// run: output j of slot s is copy (outputs[j], first + s * outputs.size() + j).
+std::vector<Snapshot> snapshots_of_slots(const std::vector<int>& slot_runs, const std::vector<int>& outputs, int first);
 
 }  // namespace leap::env

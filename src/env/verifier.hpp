@@ -46,6 +46,11 @@ struct VerifierOptions {
   /// reference: this many, drawn after the job ends (so its code cannot know which), plus each
   /// input set's last run; 0: every run. A strict re-measure checks every run regardless.
   int check_job_sample = 128;
+  /// A timing job with warmup_ms or min_timed_ms has its checked runs drawn by the worker as
+  /// they are made (RunRequest::worker_sample_slots), as on the cuda backend, also on the cpu
+  /// backend, whose default is the parent's draw (an answer's host code shares a cpu worker's
+  /// memory). Tests only: it runs the cuda path's parent side here.
+  bool sample_in_worker = false;
 };
 
 /// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several

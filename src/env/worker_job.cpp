@@ -63,7 +63,7 @@ BoundPlan plan_from_json(const json& j) {
 json outcome_to_json(const RunOutcome& o) {  // job_cpu_ms stays with the pool
   return {{"verdict", std::string(to_string(o.verdict))}, {"message", o.message},
           {"failed_launch", o.failed_launch}, {"times_ms", o.times_ms}, {"runs", o.runs},
-          {"launch_ms", o.launch_ms}};
+          {"launch_ms", o.launch_ms}, {"sampled_runs", o.sampled_runs}};
 }
 
 RunOutcome outcome_from_json(const json& j) {
@@ -74,6 +74,7 @@ RunOutcome outcome_from_json(const json& j) {
   o.times_ms = j.at("times_ms").get<std::vector<double>>();
   o.runs = j.at("runs").get<std::vector<int>>();
   if (j.contains("launch_ms")) o.launch_ms = j.at("launch_ms").get<std::vector<double>>();
+  if (j.contains("sampled_runs")) o.sampled_runs = j.at("sampled_runs").get<std::vector<int>>();
   return o;
 }
 
@@ -96,6 +97,9 @@ std::string encode_job(const Artifact& artifact, const BoundPlan& plan, const Ru
               {"profile_launches", request.profile_launches},
               {"parent_snapshots", request.parent_snapshots},
               {"report_every", request.report_every},
+              {"worker_sample_slots", request.worker_sample_slots},
+              {"worker_sample_first", request.worker_sample_first},
+              {"worker_sample_outputs", request.worker_sample_outputs},
               {"snapshots", json::array()},
               {"total_bytes", layout.total_bytes},
               {"offsets", layout.offsets},
@@ -133,6 +137,9 @@ WorkerJob decode_job(std::string_view body) {
   req.profile_launches = job.value("profile_launches", false);
   req.parent_snapshots = job.value("parent_snapshots", false);
   req.report_every = job.value("report_every", 1);
+  req.worker_sample_slots = job.value("worker_sample_slots", 0);
+  req.worker_sample_first = job.value("worker_sample_first", -1);
+  req.worker_sample_outputs = job.value("worker_sample_outputs", std::vector<int>{});
   for (const auto& sj : job.at("snapshots")) {
     Snapshot snap;
     snap.run = sj.at(0).get<int>();
