@@ -101,6 +101,16 @@ TEST_CASE("env cpu-time bound: CPU in threads besides the calling one is charged
   CpuUse unknown = cpu_use(base, cand, true, "unused");
   CHECK(unknown.other_threads_ms < 0);
   CHECK_FALSE(cpu_over_by_threads(unknown, 1.0, 1));
+  // env.cpu.threads 2: 2.5 ms a run is within 1.5 x 2 x 1.0 + ..., but only when the calling
+  // thread's own is within one thread's limit: all 2.5 on the calling thread is a forged time.
+  CHECK_FALSE(cpu_over(u, 1.0, 2));  // 0.7 on the calling thread, 1.8 in another
+  CHECK(cpu_over(forged, 1.0, 2));   // 2.0 on the calling thread
+  CHECK_FALSE(cpu_over(unknown, 1.0, 2));  // (unknown split: the total alone)
+  // Charged: the CPU over the threads, never less than the calling thread's own.
+  CHECK(charged_ms(u, 2) == doctest::Approx(1.25));       // 2.5 / 2 (0.7 on the calling thread)
+  CHECK(charged_ms(forged, 2) == doctest::Approx(2.0));   // the calling thread's 2.0, not 1.25
+  CHECK(charged_ms(unknown, 2) == doctest::Approx(1.25));
+  CHECK(charged_ms(forged, 1) == doctest::Approx(2.5));
   // The worker's own threads (the no-op's beyond its main thread) are not the code's.
   base.job_main_cpu_ms = 3.0;  // 0.2 ms a run in the worker's other threads
   cand.job_main_cpu_ms = 12.0;

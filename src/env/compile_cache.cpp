@@ -68,19 +68,27 @@ std::string CompileCache::store_compiled(const std::string& key, std::string_vie
   // (mode 0644, leap's user), never renamed from a sandboxed compiler's output.
   util::write_file_atomic(path, binary);
   util::write_file_atomic(dir / (key + ".exports"), names);
-  if (max_bytes_ > 0) {
-    std::lock_guard<std::mutex> guard(size_mutex_);
-    if (bytes_ < 0) {  // first store of this process: what the folder holds (this module included)
-      bytes_ = 0;
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(dir, ec))
-        if (e.path().extension() == binary_ext_ && e.is_regular_file(ec)) bytes_ += static_cast<int64_t>(e.file_size(ec));
-    } else {
-      bytes_ += static_cast<int64_t>(binary.size());
-    }
-    if (static_cast<uint64_t>(bytes_) > max_bytes_) evict(key);
-  }
+  account(binary.size(), key);
   return path.string();
+}
+
+bool CompileCache::counted(const fs::path& p) const {
+  const std::string ext = p.extension().string();
+  return ext == binary_ext_ || ext == ".fail";
+}
+
+void CompileCache::account(uint64_t bytes, const std::string& key) const {
+  if (max_bytes_ == 0) return;
+  std::lock_guard<std::mutex> guard(size_mutex_);
+  if (bytes_ < 0) {  // first store of this process: what the folder holds (this entry included)
+    bytes_ = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(dir_), ec))
+      if (counted(e.path()) && e.is_regular_file(ec)) bytes_ += static_cast<int64_t>(e.file_size(ec));
+  } else {
+    bytes_ += static_cast<int64_t>(bytes);
+  }
+  if (static_cast<uint64_t>(bytes_) > max_bytes_) evict(key);
 }
 
 void CompileCache::evict(const std::string& keep) const {
@@ -93,7 +101,7 @@ void CompileCache::evict(const std::string& keep) const {
   std::error_code ec;
   uint64_t total = 0;
   for (const auto& e : fs::directory_iterator(fs::path(dir_), ec)) {
-    if (e.path().extension() != binary_ext_ || !e.is_regular_file(ec)) continue;
+    if (!counted(e.path()) || !e.is_regular_file(ec)) continue;
     const uint64_t bytes = e.file_size(ec);
     total += bytes;
     if (e.path().stem() != keep) modules.push_back({e.last_write_time(ec), e.path(), bytes});
@@ -112,6 +120,7 @@ void CompileCache::evict(const std::string& keep) const {
 
 void CompileCache::store_failed(const std::string& key, std::string_view log) const {
   util::write_file_atomic(fs::path(dir_) / (key + ".fail"), log);
+  account(log.size(), key);  // a failure's log counts too (a red team left 1-MiB logs)
 }
 
 std::unique_lock<std::mutex> CompileCache::lock(const std::string& key) {

@@ -9,6 +9,7 @@
 // see or leave a half-written entry. The key is the SHA-256 of everything that decides the
 // output (source, flags, compiler version): a collision would serve another answer's binary.
 #include <array>
+#include <filesystem>
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -29,8 +30,8 @@ class CompileCache {
   };
 
   /// A cache in `dir` (created if missing; throws leap::Error naming it when it cannot be) whose
-  /// modules end in `binary_ext` (".so", ".cubin"), holding at most `max_bytes` of modules (0: no
-  /// bound): a store that takes the folder past it removes the least recently written modules
+  /// modules end in `binary_ext` (".so", ".cubin"), holding at most `max_bytes` of modules and
+  /// failure logs (0: no bound): a store that takes the folder past it removes the least recently written modules
   /// until it holds three quarters of it (an RL run compiles every answer; a red team filled the
   /// disk at 200 MB an answer, 2026-12-06).
   CompileCache(std::string dir, std::string binary_ext, uint64_t max_bytes = kDefaultMaxBytes);
@@ -58,9 +59,14 @@ class CompileCache {
   const std::string& dir() const { return dir_; }
 
  private:
-  /// Removes the least recently written modules (and their .exports) but `keep` until the
-  /// folder's modules take at most three quarters of max_bytes_. Caller holds size_mutex_.
+  /// Removes the least recently written modules (and their .exports) and failure logs but
+  /// `keep`'s until the folder's take at most three quarters of max_bytes_. Caller holds size_mutex_.
   void evict(const std::string& keep) const;
+  /// Adds `bytes` just stored under `key` to the count (read from the folder the first time) and
+  /// evicts past max_bytes_.
+  void account(uint64_t bytes, const std::string& key) const;
+  /// Whether a file of the folder counts against max_bytes_: a module or a failure's log.
+  bool counted(const std::filesystem::path& p) const;
 
   std::string dir_;
   std::string binary_ext_;

@@ -52,7 +52,17 @@ double cpu_limit(const CpuUse& use, double reported, int threads) {
 }
 
 bool cpu_over(const CpuUse& use, double reported, int threads) {
-  return use.runs > 0 && !(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported, threads));
+  if (use.runs <= 0) return false;
+  if (!(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported, threads))) return true;
+  // With more than one thread allowed, the calling thread alone is still one thread: its own CPU
+  // within the one-thread bound (a red team forged 2.9-3x on one thread under env.cpu.threads 2:
+  // 0.7-0.8x against an honest 0.24x, unflagged).
+  if (threads > 1 && use.other_threads_ms >= 0) {
+    CpuUse calling = use;
+    calling.own_ms = use.own_ms - use.other_threads_ms;
+    return !(calling.own_ms <= cpu_limit(calling, reported, 1));
+  }
+  return false;
 }
 
 bool cpu_over_by_threads(const CpuUse& use, double reported, int threads) {
@@ -62,9 +72,15 @@ bool cpu_over_by_threads(const CpuUse& use, double reported, int threads) {
   return !cpu_over(calling, reported, threads);
 }
 
+double charged_ms(const CpuUse& use, int threads) {
+  double ms = use.own_ms / static_cast<double>(std::max(1, threads));
+  if (use.other_threads_ms >= 0) ms = std::max(ms, use.own_ms - use.other_threads_ms);  // the calling thread's
+  return ms;
+}
+
 double suspicious_payout(double threshold, double ref_ms, const CpuUse& use, int threads) {
   if (use.runs <= 0 || !std::isfinite(use.own_ms) || use.own_ms <= 0) return threshold;
-  const double cpu_ms = use.own_ms / static_cast<double>(std::max(1, threads));
+  const double cpu_ms = charged_ms(use, threads);
   return std::min(threshold, ref_ms / cpu_ms);
 }
 

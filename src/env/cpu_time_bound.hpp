@@ -68,13 +68,21 @@ CpuUse cpu_merge(const CpuUse& a, const CpuUse& b);
 /// kCpuNoiseFraction x noop_ms.
 double cpu_limit(const CpuUse& use, double reported, int threads);
 
-/// True when `use` (of a job that made runs) is over cpu_limit, or not finite.
+/// True when `use` (of a job that made runs) is over cpu_limit, or not finite; with `threads` > 1
+/// and the other threads' share known, also when the calling thread's own CPU alone is over the
+/// one-thread limit.
 bool cpu_over(const CpuUse& use, double reported, int threads);
 
 /// True when `use` is over the bound only because of its other threads: what the calling thread
 /// used alone (own_ms - other_threads_ms) is within cpu_limit. Such code is timed by its CPU time
 /// like any over the bound, but it made threads (honest parallel code), not a forged time.
 bool cpu_over_by_threads(const CpuUse& use, double reported, int threads);
+
+/// The time a run is charged when its CPU is over the bound (ms): its own CPU spread over
+/// `threads` threads, but never less than what its calling thread used alone (one thread's CPU
+/// is at most its wall time: a one-thread forgery under env.cpu.threads 2 was paid at half its
+/// CPU, 2x an honest answer).
+double charged_ms(const CpuUse& use, int threads);
 
 /// What a suspicious result (a speedup above `threshold` twice) is paid (issue "Environment V",
 /// item 5): the threshold, and never more than an honest answer of the code's measured CPU a run

@@ -35,6 +35,9 @@ constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
 constexpr int kResolveMaxRuns = 4096;
 constexpr size_t kResolveSnapshotBytes = size_t(128) << 20;
 constexpr double kResolveReferenceMs = 250;
+/// ... and as many as zero-fill at most this much scratch (it is zero-filled before every run:
+/// an unused 1-GiB scratch made a relu's check jobs take 300 s, 2026-12-06).
+constexpr double kResolveScratchBytes = double(uint64_t(2) << 30);
 /// How many times a bound that trips is measured again before the code is flagged (each a check
 /// job between two no-op jobs, or the timing job's runs again): noise that slows one job (a
 /// burst, or a slow spell of the machine) is rarely there for three; a forged time trips all.
@@ -92,7 +95,7 @@ void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& can
     if (!why.empty()) ok_.details["cpu_bound_baseline"] = why;  // closed, but within the bound anyway
     return;
   }
-  if (std::isfinite(own)) cand_ms = std::max(cand_ms, own / static_cast<double>(threads));
+  if (std::isfinite(own)) cand_ms = std::max(cand_ms, env::charged_ms(use, threads));
   if (why.empty() && env::cpu_over_by_threads(use, reported, threads)) {
     // Over the bound only by its other threads (the calling thread's own CPU is within it):
     // parallel code, charged all its threads' CPU (the comparison's budget is env.cpu.threads),
@@ -166,6 +169,10 @@ std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJ
   double cap = static_cast<double>(kResolveMaxRuns);
   cap = std::min(cap, static_cast<double>(kResolveSnapshotBytes / std::max<size_t>(1, out_bytes_)));
   cap = std::min(cap, std::floor(kResolveReferenceMs / std::max(ref_ms, 1e-6)));
+  double scratch_bytes = 0;
+  for (const BoundTensor& t : bound_.tensors)
+    if (t.role == TensorRole::scratch) scratch_bytes += static_cast<double>(t.bytes());
+  if (scratch_bytes > 0) cap = std::min(cap, std::floor(kResolveScratchBytes / scratch_bytes));
   const int max_check_runs = static_cast<int>(std::max(0.0, cap));
   const bool short_job = reported * main_runs < kResolveMs;
   const int n_resolve =
