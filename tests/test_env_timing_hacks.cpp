@@ -17,6 +17,7 @@
 #include "env/timing_schedule.hpp"
 #include "env/verifier.hpp"
 #include "rl/scoring.hpp"
+#include "env_config.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -385,13 +386,8 @@ TEST_CASE("env timing: a slow but correct kernel is timed, not a timeout (each r
   // call against 10 s). The job's limit is now 3 x 1 s. A call of 1.5 s is still a timeout.
   auto grade_slow = [](double call_s) {
     test::TempDir dir;
-    config::EnvConfig e;
-    e.workers = 1;
-    e.seeds = 2;
-    e.cache_dir = dir.path.string();
+    config::EnvConfig e = test::small_env(dir);
     e.run_timeout_s = 1;
-    e.timing.warmup = 1;
-    e.timing.trials = 5;
     e.timing.max_seconds = 0.1;
     auto env = cli::make_environment(e, "cpu");
     env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
@@ -484,13 +480,7 @@ TEST_CASE("env timing: with warmup_ms the runs checked are drawn from every run 
   // that none of the 37 skipped calls is among them is below 1e-15 for up to 400 runs.
   auto grade_warm = [](const std::string& body, bool in_worker = false) {
     test::TempDir dir;
-    config::EnvConfig e;
-    e.workers = 1;
-    e.seeds = 2;
-    e.cache_dir = dir.path.string();
-    e.timing.warmup = 1;
-    e.timing.trials = 5;
-    e.timing.max_seconds = 0;
+    config::EnvConfig e = test::small_env(dir);
     e.timing.warmup_ms = 40;
     auto env = cli::make_environment(e, "cpu");
     env::VerifierOptions vo = cli::verifier_options(e);

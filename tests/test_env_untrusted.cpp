@@ -30,6 +30,7 @@
 #include "model/transformer.hpp"
 #include "rl/local_policy.hpp"
 #include "forked_rig.hpp"
+#include "env_config.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -47,13 +48,7 @@ const std::string kStarter = LEAP_SOURCE_DIR "/tasks/starter";
 /// limits), 2 seeds, 1 + 5 timed runs.
 env::EvalResult grade_relu(const std::string& answer) {
   test::TempDir dir;
-  config::EnvConfig e;
-  e.workers = 1;
-  e.seeds = 2;
-  e.cache_dir = dir.path.string();
-  e.timing.warmup = 1;
-  e.timing.trials = 5;
-  e.timing.max_seconds = 0;
+  const config::EnvConfig e = test::small_env(dir);
   auto env = cli::make_environment(e, "cpu");
   env::RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
   return env->verifier->evaluate(task, answer);
