@@ -106,6 +106,14 @@ TEST_CASE("env cpu-time bound: CPU in threads besides the calling one is charged
   CHECK_FALSE(cpu_over(u, 1.0, 2));  // 0.7 on the calling thread, 1.8 in another
   CHECK(cpu_over(forged, 1.0, 2));   // 2.0 on the calling thread
   CHECK_FALSE(cpu_over(unknown, 1.0, 2));  // (unknown split: the total alone)
+  // Under threads 2, 4.0 ms a run with 1.5 of it in another thread is over the bound (3.225) and
+  // over it by the calling thread's 2.5 alone (1.725 allowed), not by its threads: the other
+  // threads' share is taken off once.
+  CpuUse both = u;
+  both.own_ms = 4.0;
+  both.other_threads_ms = 1.5;
+  CHECK(cpu_over(both, 1.0, 2));
+  CHECK_FALSE(cpu_over_by_threads(both, 1.0, 2));
   // Charged: the CPU over the threads, never less than the calling thread's own.
   CHECK(charged_ms(u, 2) == doctest::Approx(1.25));       // 2.5 / 2 (0.7 on the calling thread)
   CHECK(charged_ms(forged, 2) == doctest::Approx(2.0));   // the calling thread's 2.0, not 1.25

@@ -496,13 +496,14 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
         const size_t dst = static_cast<size_t>(request.worker_sample_first) + static_cast<size_t>(slot) * outs.size() + j;
         copy_bytes(tensors.at(dst), tensors.at(src), plan.tensors.at(src).bytes());
       }
-      out.sampled_runs = sample->slot_runs();
     } else {
       copy_run_snapshot(plan, tensors, request, run, rot);
     }
     return !request.on_run_done || request.on_run_done(run);
   };
-  if (!run_timing_schedule(request, n_rot, hooks, out)) return out;
+  const bool completed = run_timing_schedule(request, n_rot, hooks, out);
+  if (sample) out.sampled_runs = sample->slot_runs();
+  if (!completed) return out;
   if (current_launch) current_launch->store(-1);
   return out;
 }

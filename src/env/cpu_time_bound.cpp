@@ -51,30 +51,36 @@ double cpu_limit(const CpuUse& use, double reported, int threads) {
          kCpuNoiseFraction * use.noop_ms;
 }
 
+namespace {
+
+/// `use` as if only its calling thread had run: its other threads' CPU taken off, none left.
+CpuUse calling_thread(const CpuUse& use) {
+  CpuUse calling = use;
+  calling.own_ms = use.own_ms - std::max(0.0, use.other_threads_ms);
+  calling.other_threads_ms = 0;
+  return calling;
+}
+
+}  // namespace
+
 bool cpu_over(const CpuUse& use, double reported, int threads) {
   if (use.runs <= 0) return false;
   if (!(std::isfinite(use.own_ms) && use.own_ms <= cpu_limit(use, reported, threads))) return true;
   // With more than one thread allowed, the calling thread alone is still one thread: its own CPU
   // within the one-thread bound (a red team forged 2.9-3x on one thread under env.cpu.threads 2:
   // 0.7-0.8x against an honest 0.24x, unflagged).
-  if (threads > 1 && use.other_threads_ms >= 0) {
-    CpuUse calling = use;
-    calling.own_ms = use.own_ms - use.other_threads_ms;
-    return !(calling.own_ms <= cpu_limit(calling, reported, 1));
-  }
+  if (threads > 1 && use.other_threads_ms >= 0) return cpu_over(calling_thread(use), reported, 1);
   return false;
 }
 
 bool cpu_over_by_threads(const CpuUse& use, double reported, int threads) {
   if (!cpu_over(use, reported, threads) || !std::isfinite(use.own_ms) || !(use.other_threads_ms > 0)) return false;
-  CpuUse calling = use;
-  calling.own_ms = use.own_ms - use.other_threads_ms;
-  return !cpu_over(calling, reported, threads);
+  return !cpu_over(calling_thread(use), reported, threads);
 }
 
 double charged_ms(const CpuUse& use, int threads) {
   double ms = use.own_ms / static_cast<double>(std::max(1, threads));
-  if (use.other_threads_ms >= 0) ms = std::max(ms, use.own_ms - use.other_threads_ms);  // the calling thread's
+  if (use.other_threads_ms >= 0) ms = std::max(ms, calling_thread(use).own_ms);
   return ms;
 }
 

@@ -587,7 +587,6 @@ bool CudaJob::copy_snapshots(int run, size_t rot) {
         return false;
       }
     }
-    out.sampled_runs = sample->slot_runs();
     return true;
   }
   if (const Snapshot* snap = snapshot_for_run(request, run))
@@ -655,7 +654,9 @@ RunOutcome CudaBackend::execute(const Artifact& artifact, const BoundPlan& plan,
   // The first run (a launch at a time, each followed by a synchronisation) is not profiled.
   if (job.profile) hooks.warmup = [&](int run, size_t rot) { return job.run_launches(run, rot, run > 0); };
   hooks.after = [&](int run, size_t rot) { return job.copy_snapshots(run, rot); };
-  if (!run_timing_schedule(request, job.n_rot, hooks, out)) return out;
+  const bool completed = run_timing_schedule(request, job.n_rot, hooks, out);
+  if (job.sample) out.sampled_runs = job.sample->slot_runs();
+  if (!completed) return out;
   if (current_launch) current_launch->store(-1);
   if (job.profile && !job.launch_samples.front().empty())
     for (auto& samples : job.launch_samples) out.launch_ms.push_back(samples.empty() ? 0.0 : util::median(samples));

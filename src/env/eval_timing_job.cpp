@@ -27,11 +27,17 @@ constexpr size_t kCheckEveryRunBytes = size_t(64) << 20;
 /// kBlockSlotBytes: 2048 runs of relu's 64-KB output were 2048 exchanges and 128 MB of snapshots
 /// made, page by page, by the parent and the worker (bench/env_cpu).
 constexpr int kMaxBlockRuns = 64;
-
-/// A timing job with warmup_ms or min_timed_ms keeps (and checks) at least this many of its runs,
-/// drawn as they are made, when their outputs fit kCheckEveryRunBytes (env/run_sample.hpp).
-constexpr size_t kMinSampledRuns = 256;
 constexpr size_t kBlockSlotBytes = size_t(16) << 20;
+
+/// A timing job with warmup_ms or min_timed_ms keeps (and checks) up to this many of its runs, or
+/// the every-run range of min_timed_ms when larger, drawn as they are made, as many as fit
+/// `bytes` of outputs (env/run_sample.hpp).
+constexpr size_t kMinSampledRuns = 256;
+size_t sample_slots(size_t bytes, size_t out_bytes, int max_runs, int checked_runs) {
+  size_t slots = bytes / std::max<size_t>(1, out_bytes);
+  slots = std::min(slots, std::max<size_t>(static_cast<size_t>(max_runs), kMinSampledRuns));
+  return std::max<size_t>(slots, static_cast<size_t>(std::max(1, checked_runs)));
+}
 
 /// A fresh secret for a job: its rewrite positions and checked runs, unknown to the candidate.
 uint64_t fresh_secret(const std::string& artifact_key) {
@@ -151,10 +157,8 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   treq.parent_snapshots = reference_on_device_ && (check_job || sampled || !every_run);
   treq.report_every = block;
   if (worker_sampled) {
-    const size_t per_run = std::max<size_t>(1, out_bytes_);
-    size_t slots = kCheckEveryRunBytes / per_run;  // slot tensors: shared memory, device memory on cuda
-    slots = std::min(slots, std::max<size_t>(static_cast<size_t>(max_runs_), kMinSampledRuns));
-    slots = std::max<size_t>(slots, static_cast<size_t>(std::max(1, o_.checked_runs)));
+    // Slot tensors: shared memory, and device memory on cuda.
+    const size_t slots = sample_slots(kCheckEveryRunBytes, out_bytes_, max_runs_, o_.checked_runs);
     treq.worker_sample_slots = static_cast<int>(slots);
     treq.worker_sample_first = static_cast<int>(tplan.tensors.size());
     for (size_t j = 0; j < n_out_; ++j) treq.worker_sample_outputs.push_back(static_cast<int>(n_in_ + j));
@@ -167,10 +171,7 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
     treq.parent_snapshots = false;
     n_checked = 0;  // no list: drawn as the runs are made
   } else if (sampled) {
-    const size_t per_run = std::max<size_t>(1, out_bytes_);
-    size_t slots = (strict ? budget : kCheckEveryRunBytes) / per_run;
-    slots = std::min(slots, std::max<size_t>(static_cast<size_t>(max_runs_), kMinSampledRuns));
-    slots = std::max<size_t>(slots, static_cast<size_t>(std::max(1, o_.checked_runs)));
+    const size_t slots = sample_slots(strict ? budget : kCheckEveryRunBytes, out_bytes_, max_runs_, o_.checked_runs);
     std::vector<int> outputs;
     for (size_t j = 0; j < n_out_; ++j) outputs.push_back(static_cast<int>(n_in_ + j));
     job.sample = std::make_unique<RunSample>(slots, check_secret, std::move(outputs));
