@@ -240,6 +240,25 @@ TEST_CASE("env reply: a frame header with no body is refused, and the watch runs
   CHECK((contains(flood.feedback, "threads") || contains(flood.feedback, "memory")));
 }
 
+TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at the wall-clock backstop") {
+  // cpu code has nothing to wait for. Before, a job limited by CPU time that slept was stopped
+  // only at 3 x its limit of wall time (4 minutes for a timing job of 8 x 10 s): an answer could
+  // hold a grader that long. Now once it has spent 10 s (+ 10% of its limit) neither computing
+  // nor waiting for a CPU. The message says which stop it was; the backstop's names wall time.
+  env::EvalResult slept = grade_relu(relu_with("sleep(1000);"));
+  CAPTURE(slept.feedback);
+  CHECK(slept.verdict == env::Verdict::timeout);
+  CHECK(contains(slept.feedback, "neither computing nor waiting for a CPU"));
+  CHECK_FALSE(contains(slept.feedback, "wall time"));
+  // ... also when a thread of its own computes now and then (its CPU counts; its sleep does not).
+  env::EvalResult dozing = grade_relu(relu_with(
+      "std::thread t([] { for (;;) { for (volatile int i = 0; i < 100000; i = i + 1) {} usleep(200000); } }); t.detach();\n"
+      "  sleep(1000);"));
+  CAPTURE(dozing.feedback);
+  CHECK(dozing.verdict == env::Verdict::timeout);
+  CHECK(contains(dozing.feedback, "neither computing nor waiting for a CPU"));
+}
+
 TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, only itself") {
   // The kernel is right only when every call below on another task was refused and the ones on
   // itself allowed, so a wrong_output means a rule is missing. Another thread of the worker

@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -69,6 +71,21 @@ double main_thread_cpu_ms(pid_t pid) {
 // CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
 double process_cpu_seconds(pid_t pid) { return std::max(0.0, process_cpu_ms(pid)) * 1e-3; }
 
+/// Seconds the live threads of process `pid` have spent runnable but waiting for a CPU (the
+/// second field of each /proc/PID/task/TID/schedstat): on a loaded machine, wall time a job
+/// spends neither computing nor asleep. Threads that have exited are not counted.
+double runqueue_wait_seconds(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  double total_ns = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::ifstream in(it->path() / "schedstat");
+    unsigned long long run_ns = 0, wait_ns = 0;
+    if (in >> run_ns >> wait_ns) total_ns += static_cast<double>(wait_ns);
+  }
+  return total_ns * 1e-9;
+}
+
 // What the pool watches of a worker, from /proc/PID/status: its own memory (anonymous plus shared
 // memory, less the tensors it was given: MAP_SHARED|MAP_ANONYMOUS pages count too) and its threads.
 struct ProcessUse {
@@ -92,6 +109,14 @@ ProcessUse process_use(pid_t pid, int64_t tensor_bytes) {
 /// Seconds the rest of a frame may take once its first byte arrived.
 constexpr double kFrameBodyS = 5;
 
+/// A job limited by CPU time is stopped once it has spent this many seconds, plus kIdleShare of
+/// its limit, neither computing (its CPU time, all threads) nor waiting for a CPU (its threads'
+/// run-queue waits): asleep or blocked. cpu code has nothing to wait for, so an answer that
+/// sleeps holds a grader seconds, not the wall-clock backstop's minutes (3 x an 80-s timing
+/// job's limit was 4 minutes, 2026-12-06).
+constexpr double kIdleAllowS = 10;
+constexpr double kIdleShare = 0.1;
+
 /// What WorkerPool watches while it waits for a frame of a worker.
 struct WatchLimits {
   double limit_s = 0;           ///< CPU seconds (cpu_time) or wall seconds; <= 0: none
@@ -99,6 +124,7 @@ struct WatchLimits {
   int64_t memory_limit = 0;     ///< bytes of the worker's own memory; 0: none
   int64_t max_threads = 0;      ///< with memory_limit
   int64_t tensor_bytes = 0;     ///< the job's shared tensors (not the worker's own memory)
+  bool idle_limit = false;      ///< with cpu_time: stop the job once it idles (kIdleAllowS)
 };
 
 /// How a wait for a frame ended.
@@ -108,6 +134,7 @@ struct Watched {
   bool over_memory = false;     ///< timeout: the memory limit
   int64_t threads = 0;          ///< timeout: the thread count past the limit
   bool stalled = false;         ///< timeout: a frame began but did not finish within kFrameBodyS
+  double idle_s = 0;            ///< timeout: seconds it spent asleep or blocked (WatchLimits::idle_limit)
   size_t bytes_read = 0;        ///< stalled: how far it got
   uint64_t length = 0;          ///< stalled: the length its header announced
 };
@@ -116,11 +143,14 @@ struct Watched {
 struct WatchStart {
   Clock::time_point at{};
   double cpu_s = 0;
+  double queued_s = 0;   ///< runqueue_wait_seconds then (WatchLimits::idle_limit)
+  double excused_s = 0;  ///< seconds since then the worker waited on the parent (its run reports)
   bool set = false;
   static WatchStart now(pid_t pid, const WatchLimits& lim) {
     WatchStart w;
     w.at = Clock::now();
     w.cpu_s = lim.cpu_time ? process_cpu_seconds(pid) : 0.0;
+    w.queued_s = lim.cpu_time && lim.idle_limit ? runqueue_wait_seconds(pid) : 0.0;
     w.set = true;
     return w;
   }
@@ -137,9 +167,11 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
   const double limit = lim.limit_s > 0 ? lim.limit_s : 1e9;  // none: about 30 years
   const auto wall_cap = after(lim.cpu_time ? std::max(3 * limit, limit + 30) : limit);
   const double cpu0 = since.cpu_s;
+  const double idle_allow = kIdleAllowS + kIdleShare * std::min(limit, 1e6);
   FrameReader reader;
   std::optional<Clock::time_point> body_deadline;
   auto next_check = Clock::now();
+  auto next_idle_check = Clock::now();
   for (;;) {
     auto until = std::min(Clock::now() + std::chrono::milliseconds(50), wall_cap);
     if (body_deadline) until = std::min(until, *body_deadline);
@@ -168,7 +200,18 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
     if (now >= wall_cap) return out;
     if (now < next_check) continue;
     next_check = now + std::chrono::milliseconds(50);
-    if (lim.cpu_time && process_cpu_seconds(pid) - cpu0 >= limit) return out.cpu_limited = true, out;
+    const double used = lim.cpu_time ? process_cpu_seconds(pid) - cpu0 : 0;
+    if (lim.cpu_time && used >= limit) return out.cpu_limited = true, out;
+    if (lim.cpu_time && lim.idle_limit && now >= next_idle_check) {
+      // Asleep or blocked: wall time that was neither CPU time nor a wait for a CPU (read only once
+      // the wall time less the CPU time is past the allowance, at most once a second).
+      const double wall = std::chrono::duration<double>(now - start).count() - since.excused_s;
+      if (wall - used > idle_allow) {
+        next_idle_check = now + std::chrono::seconds(1);
+        const double idle = wall - used - std::max(0.0, runqueue_wait_seconds(pid) - since.queued_s);
+        if (idle > idle_allow) return out.idle_s = idle, out;
+      }
+    }
     if (lim.memory_limit > 0) {
       const ProcessUse use = process_use(pid, lim.tensor_bytes);
       if (use.memory_bytes > lim.memory_limit) return out.over_memory = true, out;
@@ -646,13 +689,14 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
   x.lim.memory_limit = memory_limit_mb_ << 20;
   x.lim.max_threads = options_.sandbox.max_threads;
   x.lim.tensor_bytes = static_cast<int64_t>(buffers.layout().total_bytes);
+  x.lim.idle_limit = options_.cpu_time_limit && !request.reference;  // (the reference's start reads files)
   x.most_runs = max_job_runs(request, request.rotations.size());
   x.watched = await_frame(w.pid, w.sock, x.reply, x.lim);
   if (x.watched.r != Recv::ok || x.reply != kMappedFrame) return;
   x.reply.clear();
   x.cpu_at_send = process_cpu_ms(w.pid);
   x.main_at_send = main_thread_cpu_ms(w.pid);
-  const WatchStart watch_start = WatchStart::now(w.pid, x.lim);  // the job's limits count from its "go"
+  WatchStart watch_start = WatchStart::now(w.pid, x.lim);  // the job's limits count from its "go"
   const char go = 'g';
   if (!send_all(w.sock, &go, 1)) {
     x.watched.r = Recv::eof;
@@ -660,6 +704,7 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
   }
   x.watched = await_frame(w.pid, w.sock, x.reply, x.lim, watch_start);
   while (request.parent_snapshots && x.watched.r == Recv::ok && x.reply.rfind("{\"ran\":", 0) == 0) {
+    const auto parent_from = Clock::now();  // the worker waits for the parent's copies: not its idling
     int t = -1;
     try {
       t = json::parse(x.reply).at("ran").get<int>();
@@ -673,6 +718,7 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
     for (int run = x.reported_runs; run <= t; ++run) copy_snapshot(request, plan, buffers, run);
     x.reported_runs = t + 1;
     x.reply.clear();
+    watch_start.excused_s += std::chrono::duration<double>(Clock::now() - parent_from).count();
     if (!send_all(w.sock, &go, 1)) {
       x.watched.r = Recv::eof;
       return;
@@ -751,6 +797,14 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
       return std::string(b);
     };
     const double t = x.timeout_s;
+    if (watched.idle_s > 0) {
+      kill_group();
+      out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " spent " +
+                    g(std::round(watched.idle_s)) + " s neither computing nor waiting for a CPU (asleep or " +
+                    "blocked: cpu code has nothing to wait for) and was stopped" +
+                    (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string());
+      return out;
+    }
     const std::string secs = !options_.cpu_time_limit ? g(t) + " s"
                              : watched.cpu_limited    ? g(t) + " s of CPU time"
                                                       : g(std::max(3 * t, t + 30)) +
