@@ -17,7 +17,10 @@ namespace leap::env {
 std::vector<torch::Tensor> Evaluation::reference(const std::vector<torch::Tensor>& in) {
   std::shared_lock<DeviceLock> shared(v_.device_lock_, std::defer_lock);
   if (reference_on_device_) shared.lock();
-  std::lock_guard<std::mutex> lock(v_.reference_mutex_);
+  // No lock between grading threads: a TorchScript method may run on several threads at once,
+  // and the thread count ThreadGuard sets is the calling thread's own (OpenMP's and MKL's per-
+  // thread settings). (A verifier-wide mutex here made a second grading thread wait for the
+  // first's references: 2 workers graded fewer answers a second than 1, 2026-12-06.)
   ThreadGuard threads(o_.threads);
   return task_.reference().run(task_, in);
 }

@@ -79,7 +79,9 @@ RunOutcome retry_once_on_infra(Attempt&& attempt, int& retries) {
   return attempt(1);
 }
 
-/// Sets at::set_num_threads for the reference and restores it afterwards.
+/// Sets at::set_num_threads for the reference and restores it afterwards. With LibTorch's OpenMP
+/// backend the setting is the calling thread's own (OpenMP's nthreads ICV, MKL's local count), so
+/// grading threads need no lock around it.
 struct ThreadGuard {
   int saved;
   explicit ThreadGuard(int n);

@@ -89,7 +89,6 @@ class Verifier {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<WorkerPool> pool_;
   VerifierOptions options_;
-  std::mutex reference_mutex_;
   std::mutex cpu_checks_mutex_;
   std::unordered_map<std::string, CpuUse> cpu_checks_;  ///< by code, plan, task and threads
   std::unique_ptr<ReferenceCache> reference_cache_;
