@@ -14,6 +14,9 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <cstdlib>
+#include <random>
+#include <vector>
 
 #include "env/cpu_backend.hpp"
 #include "env/task_runtime.hpp"
@@ -211,4 +214,72 @@ TEST_CASE("env cpu bound: one check job slowed by machine noise is measured agai
   CHECK_FALSE(r.suspicious);
   CHECK(r.details.count("cpu_bound") == 0);
   CHECK(std::stod(r.details.at("cpu_ms_per_run")) < 0.2);  // the second (lower) measurement is kept
+}
+
+namespace {
+
+/// What the predicting worker does (shared between the parent and its forked workers).
+struct Prediction {
+  std::atomic<int> sample{128};     ///< how many runs of a check job the parent checks (check_job_sample)
+  std::atomic<int> predicted{0};    ///< check jobs whose checked runs the worker predicted
+};
+
+/// The cpu backend whose worker rebuilds, from what the job tells the worker, the list of a
+/// CPU-time check job's checked runs the way the parent drew it before 62f8691 (a shuffle of the
+/// runs seeded by the input-rewrite secret, its first `sample` runs), and hands it to the answer
+/// (LEAP_TEST_CHECKED), with the last runs (each input set's last is always checked): what a red
+/// team did by reading the secret from its worker's stack.
+class PredictingBackend : public CpuBackend {
+ public:
+  PredictingBackend(CpuBackendOptions o, Prediction* p) : CpuBackend(std::move(o)), p_(p) {}
+  RunOutcome execute(const Artifact& a, const BoundPlan& p, const std::vector<void*>& t, const RunRequest& r,
+                     std::atomic<int>* cur) override {
+    const int n = std::max(0, r.warmup) + std::max(1, r.trials);
+    unsetenv("LEAP_TEST_CHECKED");
+    if (n > 23 && r.rewrite_seed != 0) {  // a CPU-time check job
+      std::vector<int> runs(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) runs[static_cast<size_t>(i)] = i;
+      std::mt19937_64 pick(r.rewrite_seed);
+      std::shuffle(runs.begin(), runs.end(), pick);
+      std::string list = ",";
+      for (int i = 0; i < std::min(n, p_->sample.load()); ++i) list += std::to_string(runs[static_cast<size_t>(i)]) + ",";
+      for (int t = std::max(0, n - 8); t < n; ++t) list += std::to_string(t) + ",";  // each input set's last run
+      setenv("LEAP_TEST_CHECKED", list.c_str(), 1);
+      p_->predicted.fetch_add(1);
+    }
+    return CpuBackend::execute(a, p, t, r, cur);
+  }
+
+ private:
+  Prediction* p_;
+};
+
+}  // namespace
+
+TEST_CASE("env cpu bound: the runs a check job checks cannot be predicted from what its worker is told") {
+  // An answer that computes only the runs it is told are checked and skips the others. Before
+  // 62f8691 the list came from the input-rewrite secret, which is in the worker: a red team
+  // rebuilt it there (6.4-9.8x on silu against an honest 0.36x). 16 runs of the check job's
+  // 100-300 are checked here (the default's 128 would leave the answer few runs to skip): drawn
+  // from a secret the worker never sees, the chance that none of them is a skipped run is below
+  // 1e-18.
+  VerifierOptions vo = rig_options();
+  vo.check_job_sample = 16;
+  leap::test::ForkedRig<Prediction, PredictingBackend> rig({"-O2", "-fPIC", "-shared"}, vo);
+  rig.shared->sample = 16;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer =
+      "```cpp\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n#include <string>\n"
+      "static long calls_ = 0;\n"
+      "extern \"C\" void relu(const float* x, float* y, int64_t n) {\n"
+      "  const long call = calls_++;\n"
+      "  const char* checked = std::getenv(\"LEAP_TEST_CHECKED\");\n"
+      "  if (checked && !std::strstr(checked, (\",\" + std::to_string(call) + \",\").c_str())) return;  // not checked: skipped\n"
+      "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n"
+      "}\n```\n```yaml\nlaunches:\n  - kernel: relu\n    args: [x, y, numel(x)]\n```\n";
+  EvalResult r = rig.verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  REQUIRE(rig.shared->predicted.load() >= 1);  // a check job ran, and the worker "predicted" its checks
+  CHECK(r.verdict == Verdict::wrong_output);
+  CHECK(r.feedback.find("on timed call") != std::string::npos);
 }
