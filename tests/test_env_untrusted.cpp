@@ -259,11 +259,15 @@ TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at t
   CHECK(contains(dozing.feedback, "neither computing nor waiting for a CPU"));
 }
 
-TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, only itself") {
-  // The kernel is right only when every call below on another task was refused and the ones on
+TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, nor lower its own priority") {
+  // The kernel is right only when every call below on another task was refused and re-pinning
   // itself allowed, so a wrong_output means a rule is missing. Another thread of the worker
   // stands for any other process: the kernel would allow those calls (same uid), so only the
   // filter refuses them. PRIO_USER with who 0 would renice every process of the worker's uid.
+  // Its own priority: a thread at SCHED_IDLE or nice 19 that spins on a busy machine gets almost
+  // no CPU yet is always runnable, so it held a grader until the wall-clock backstop (a red team:
+  // 40 s in a correctness job, 120 s in a timing job): setpriority and sched_setscheduler,
+  // sched_setparam and sched_setattr are refused even on itself.
   const std::string probe = R"CODE(  static int state = 0;  // probed once per worker (each job is a fresh worker)
   if (state == 0) {
     std::atomic<long> other{0};
@@ -273,9 +277,13 @@ TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, only 
     cpu_set_t set; CPU_ZERO(&set); sched_getaffinity(0, sizeof set, &set);
     sched_param sp{};
     bool ok = setpriority(PRIO_USER, 0, 19) != 0 && setpriority(PRIO_PGRP, 0, 19) != 0 &&
-              setpriority(PRIO_PROCESS, other, 1) != 0 && setpriority(PRIO_PROCESS, 0, 1) == 0 &&
+              setpriority(PRIO_PROCESS, other, 1) != 0 && setpriority(PRIO_PROCESS, 0, 1) != 0 &&
+              setpriority(PRIO_PROCESS, 0, 19) != 0 && getpriority(PRIO_PROCESS, 0) == 0 &&
               sched_setaffinity(other, sizeof set, &set) != 0 && sched_setaffinity(0, sizeof set, &set) == 0 &&
-              sched_setscheduler(other, SCHED_OTHER, &sp) != 0 && sched_setparam(other, &sp) != 0;
+              sched_setscheduler(other, SCHED_OTHER, &sp) != 0 && sched_setparam(other, &sp) != 0 &&
+              sched_setscheduler(0, SCHED_IDLE, &sp) != 0 && sched_setscheduler(0, SCHED_BATCH, &sp) != 0 &&
+              sched_setparam(0, &sp) != 0 && syscall(SYS_sched_setattr, 0, nullptr, 0) != 0 &&
+              sched_getscheduler(0) == SCHED_OTHER;
     stop = true;
     t.join();
     state = ok ? 1 : 2;

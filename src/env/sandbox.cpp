@@ -388,14 +388,25 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
     // worker's uid (the spare workers that time the next answers, other answers' compilers), and
     // a pid reaches them (there is no pid namespace): refused, as is reading another process's
     // robust-futex list.
-    if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1, SCMP_A1(SCMP_CMP_NE, 0));
-    if (rc == 0)
-      rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1,
-                            SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(PRIO_PROCESS)));
+    // A cpu worker may not lower its own priority either: a thread at SCHED_IDLE (or nice 19)
+    // that spins on a busy machine is always runnable yet gets almost no CPU, so it neither
+    // reached its CPU-time limit nor looked idle (its run-queue wait counts as waiting for a
+    // CPU), and held a grader until the wall-clock backstop (a red team: 40 s in a correctness
+    // job, 120 s in a timing job, 2026-12-06). So no setpriority and no scheduling policy or
+    // parameters at all; only its affinity, of the calling thread.
+    if (no_unix_connect) {
+      for (int sys : {SCMP_SYS(setpriority), SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam),
+                      SCMP_SYS(sched_setattr)})
+        deny(sys, EPERM);
+    } else {
+      if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1, SCMP_A1(SCMP_CMP_NE, 0));
+      if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(setpriority), 1,
+                              SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(PRIO_PROCESS)));
+    }
     // (cpu workers only, like the rules below: the CUDA driver's own threads may set their
     // affinity by thread id, and a cuda worker runs no host code of the answer)
-    for (int sys : {SCMP_SYS(sched_setaffinity), SCMP_SYS(sched_setscheduler), SCMP_SYS(sched_setparam),
-                    SCMP_SYS(sched_setattr), SCMP_SYS(get_robust_list)})
+    for (int sys : {SCMP_SYS(sched_setaffinity), SCMP_SYS(get_robust_list)})
       if (no_unix_connect && rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), sys, 1, SCMP_A0(SCMP_CMP_NE, 0));
     // No new executable memory (cpu workers: the CUDA driver maps its own code): no PROT_EXEC
     // added to a mapping, none on anonymous memory, and no mode change (the module file and its
