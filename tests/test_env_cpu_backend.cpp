@@ -279,6 +279,20 @@ TEST_CASE("env: cpu compile timeout is a compile_error that says so") {
   CHECK_FALSE(r.ok);
   CHECK(r.timed_out);
   CHECK(r.feedback.find("timed out") != std::string::npos);
+  // The same answer again: the same timeout, without running the compiler (it would hold a
+  // grading thread for the whole limit at every grading); nothing of it in the compile cache.
+  const int runs = backend.compiler_runs();
+  auto again = backend.compile(kVaddCode, plan);
+  CHECK(again.timed_out);
+  CHECK(again.feedback == r.feedback);
+  CHECK(backend.compiler_runs() == runs);
+  for (const auto& e : fs::recursive_directory_iterator(dir.path))
+    CHECK_MESSAGE(e.path().extension() != ".fail", e.path().string());
+  // ... and a fresh backend (a later run) compiles it afresh.
+  CpuBackend later(o);
+  auto fresh = later.compile(kVaddCode, plan);
+  CHECK(fresh.timed_out);
+  CHECK(later.compiler_runs() == 1);
 }
 
 TEST_CASE("env: worker runs a vector-add kernel and the parent sees the outputs") {

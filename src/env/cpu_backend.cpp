@@ -226,6 +226,15 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
     return out;
   }
 
+  {
+    std::lock_guard<std::mutex> lock(timed_out_mutex_);
+    if (auto it = timed_out_.find(key); it != timed_out_.end()) {
+      out.timed_out = true;
+      out.feedback = it->second;
+      return out;
+    }
+  }
+
   std::string tmpl = (dir / "build-XXXXXX").string();
   if (!mkdtemp(tmpl.data())) throw Error("cannot create a build directory in " + dir.string());
   const fs::path work(tmpl);
@@ -259,7 +268,12 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
     out.feedback = bound_text("compilation timed out after " + std::to_string(static_cast<int>(options_.compile_timeout_s)) +
                                   " s (the compiler was stopped)\n" + r.output,
                               options_.feedback_chars);
-    return out;  // not cached: a loaded machine may be the cause
+    // Not in the compile cache (a loaded machine may be the cause); remembered by this process,
+    // so a repeat of the answer does not cost the time limit again.
+    std::lock_guard<std::mutex> lock(timed_out_mutex_);
+    if (timed_out_.size() >= kMaxTimedOutKeys) timed_out_.clear();
+    timed_out_[key] = out.feedback;
+    return out;
   }
   if (!r.ok()) {
     out.feedback = compile_feedback(out.log, options_.feedback_errors, options_.feedback_chars, header);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ namespace leap::env {
 /// The largest compiled module the cpu backend accepts, bytes: a cpu worker writes its module to
 /// its own /code under RLIMIT_FSIZE 64 MB (env/sandbox.hpp). A larger one is a compile_error.
 inline constexpr uintmax_t kMaxModuleBytes = uintmax_t(64) << 20;
+/// Compile time-outs a CpuBackend remembers (CpuBackend::compile) before it forgets them all.
+inline constexpr size_t kMaxTimedOutKeys = 10000;
 
 /// Settings of the cpu backend.
 struct CpuBackendOptions {
@@ -96,6 +99,12 @@ class CpuBackend : public Backend {
   std::atomic<int> compiler_runs_{0};
   std::mutex version_mutex_;
   std::string compiler_version_;
+  /// Keys whose compile timed out in this process, with their feedback: the same answer graded
+  /// again (a group's duplicates, a later step) gets that timeout at once instead of holding a
+  /// grading thread for env.compile_timeout_s again. Kept in memory only, never in the compile
+  /// cache: a loaded machine may be the cause, and a later run compiles it afresh.
+  std::mutex timed_out_mutex_;
+  std::unordered_map<std::string, std::string> timed_out_;
 };
 
 }  // namespace leap::env
