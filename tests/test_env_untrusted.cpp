@@ -60,6 +60,7 @@ env::EvalResult grade_relu(const std::string& answer) {
 std::string relu_with(const std::string& before) {
   return "```cpp\n#include <cstdint>\n#include <cstring>\n#include <string>\n#include <sys/socket.h>\n"
          "#include <dlfcn.h>\n#include <sys/resource.h>\n#include <sys/syscall.h>\n#include <sched.h>\n#include <unistd.h>\n#include <atomic>\n#include <thread>\n"
+         "#include <pthread.h>\n#include <ctime>\n#include <linux/futex.h>\n"
          "static int job_socket() {\n"
          "  for (int fd = 0; fd < 4096; ++fd) {\n"
          "    int domain = 0; socklen_t len = sizeof domain;\n"
@@ -257,6 +258,29 @@ TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at t
   CAPTURE(dozing.feedback);
   CHECK(dozing.verdict == env::Verdict::timeout);
   CHECK(contains(dozing.feedback, "neither computing nor waiting for a CPU"));
+  // ... and when 300 threads of its own are woken together every 4 s to spin 0.5 ms each: their
+  // run-queue waits summed to far more than the wall time (a red team held a grader to the 40-s
+  // backstop this way on a fraction of a second of CPU); a thread's wait counts only up to 4 x
+  // its own CPU time.
+  env::EvalResult farm = grade_relu(relu_with(
+      "static std::atomic<int> gen{0};\n"
+      "  auto spin = [](void*) -> void* {\n"
+      "    int seen = 0;\n"
+      "    for (;;) {\n"
+      "      if (gen.load() != seen) {\n"
+      "        seen = gen.load(); timespec a, b; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);\n"
+      "        do clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b); while ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec) < 5e5);\n"
+      "      }\n"
+      "      syscall(SYS_futex, (int*)&gen, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);\n"
+      "    }\n"
+      "    return nullptr;\n"
+      "  };\n"
+      "  for (int i = 0; i < 300; ++i) { pthread_attr_t a; pthread_attr_init(&a); pthread_attr_setstacksize(&a, 1 << 18);\n"
+      "    pthread_t t; if (pthread_create(&t, &a, spin, nullptr) == 0) pthread_detach(t); }\n"
+      "  for (;;) { gen.fetch_add(1); syscall(SYS_futex, (int*)&gen, FUTEX_WAKE_PRIVATE, 1 << 30, nullptr, nullptr, 0); sleep(4); }"));
+  CAPTURE(farm.feedback);
+  CHECK(farm.verdict == env::Verdict::timeout);
+  CHECK(contains(farm.feedback, "neither computing nor waiting for a CPU"));
 }
 
 TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, nor lower its own priority") {

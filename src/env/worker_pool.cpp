@@ -71,9 +71,19 @@ double main_thread_cpu_ms(pid_t pid) {
 // CPU time (user + system, all threads) process `pid` has used, seconds; 0 if it cannot be read.
 double process_cpu_seconds(pid_t pid) { return std::max(0.0, process_cpu_ms(pid)) * 1e-3; }
 
+/// A thread's run-queue wait counts for the idle stop up to this many times its own CPU time.
+/// Summed over threads, waits can exceed the wall time: a red team's 400 threads, each woken
+/// every 8 s to spin 0.5 ms, claimed tens of seconds of "waiting for a CPU" per burst and held a
+/// grader to the wall-clock backstop on a fraction of a second of CPU (2026-12-06). Capped, a
+/// job escapes the stop only by using at least 1/(kWaitPerCpu + 1) of a core throughout, and
+/// then its CPU-time limit stops it, as it would an honest kernel; an honest thread's wait
+/// exceeds the cap only when it gets less than a fifth of a core (a machine loaded 5 times over).
+constexpr double kWaitPerCpu = 4;
+
 /// Seconds the live threads of process `pid` have spent runnable but waiting for a CPU (the
-/// second field of each /proc/PID/task/TID/schedstat): on a loaded machine, wall time a job
-/// spends neither computing nor asleep. Threads that have exited are not counted.
+/// second field of each /proc/PID/task/TID/schedstat), each thread's capped at kWaitPerCpu x its
+/// own CPU time (the first field): on a loaded machine, wall time a job spends neither computing
+/// nor asleep. Threads that have exited are not counted.
 double runqueue_wait_seconds(pid_t pid) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/task";
   double total_ns = 0;
@@ -81,7 +91,8 @@ double runqueue_wait_seconds(pid_t pid) {
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::ifstream in(it->path() / "schedstat");
     unsigned long long run_ns = 0, wait_ns = 0;
-    if (in >> run_ns >> wait_ns) total_ns += static_cast<double>(wait_ns);
+    if (in >> run_ns >> wait_ns)
+      total_ns += std::min(static_cast<double>(wait_ns), kWaitPerCpu * static_cast<double>(run_ns));
   }
   return total_ns * 1e-9;
 }
