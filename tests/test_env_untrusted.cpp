@@ -246,23 +246,23 @@ TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at t
   // only at 3 x its limit of wall time (4 minutes for a timing job of 8 x 10 s): an answer could
   // hold a grader that long. Now once it has spent 10 s (+ 10% of its limit) neither computing
   // nor waiting for a CPU. The message says which stop it was; the backstop's names wall time.
-  env::EvalResult slept = grade_relu(relu_with("sleep(1000);"));
-  CAPTURE(slept.feedback);
-  CHECK(slept.verdict == env::Verdict::timeout);
-  CHECK(contains(slept.feedback, "neither computing nor waiting for a CPU"));
-  CHECK_FALSE(contains(slept.feedback, "wall time"));
+  auto check_idle_stop = [](const std::string& before) {
+    const env::EvalResult r = grade_relu(relu_with(before));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == env::Verdict::timeout);
+    CHECK(contains(r.feedback, "neither computing nor waiting for a CPU"));
+    CHECK_FALSE(contains(r.feedback, "wall time"));
+  };
+  check_idle_stop("sleep(1000);");
   // ... also when a thread of its own computes now and then (its CPU counts; its sleep does not).
-  env::EvalResult dozing = grade_relu(relu_with(
+  check_idle_stop(
       "std::thread t([] { for (;;) { for (volatile int i = 0; i < 100000; i = i + 1) {} usleep(200000); } }); t.detach();\n"
-      "  sleep(1000);"));
-  CAPTURE(dozing.feedback);
-  CHECK(dozing.verdict == env::Verdict::timeout);
-  CHECK(contains(dozing.feedback, "neither computing nor waiting for a CPU"));
+      "  sleep(1000);");
   // ... and when 300 threads of its own are woken together every 4 s to spin 0.5 ms each: their
   // run-queue waits summed to far more than the wall time (a red team held a grader to the 40-s
   // backstop this way on a fraction of a second of CPU); a thread's wait counts only up to 4 x
   // its own CPU time.
-  env::EvalResult farm = grade_relu(relu_with(
+  check_idle_stop(
       "static std::atomic<int> gen{0};\n"
       "  auto spin = [](void*) -> void* {\n"
       "    int seen = 0;\n"
@@ -277,10 +277,7 @@ TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at t
       "  };\n"
       "  for (int i = 0; i < 300; ++i) { pthread_attr_t a; pthread_attr_init(&a); pthread_attr_setstacksize(&a, 1 << 18);\n"
       "    pthread_t t; if (pthread_create(&t, &a, spin, nullptr) == 0) pthread_detach(t); }\n"
-      "  for (;;) { gen.fetch_add(1); syscall(SYS_futex, (int*)&gen, FUTEX_WAKE_PRIVATE, 1 << 30, nullptr, nullptr, 0); sleep(4); }"));
-  CAPTURE(farm.feedback);
-  CHECK(farm.verdict == env::Verdict::timeout);
-  CHECK(contains(farm.feedback, "neither computing nor waiting for a CPU"));
+      "  for (;;) { gen.fetch_add(1); syscall(SYS_futex, (int*)&gen, FUTEX_WAKE_PRIVATE, 1 << 30, nullptr, nullptr, 0); sleep(4); }");
 }
 
 TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, nor lower its own priority") {

@@ -75,8 +75,9 @@ double process_cpu_seconds(pid_t pid) { return std::max(0.0, process_cpu_ms(pid)
 /// Summed over threads, waits can exceed the wall time: a red team's 400 threads, each woken
 /// every 8 s to spin 0.5 ms, claimed tens of seconds of "waiting for a CPU" per burst and held a
 /// grader to the wall-clock backstop on a fraction of a second of CPU (2026-12-06). Capped, a
-/// job escapes the stop only by using at least 1/(kWaitPerCpu + 1) of a core throughout, and
-/// then its CPU-time limit stops it, as it would an honest kernel; an honest thread's wait
+/// job escapes the stop only by using at least 1/(kWaitPerCpu + 1) of a core throughout, and is
+/// then stopped by its CPU-time limit or the backstop, whichever comes first, having paid that
+/// CPU as a slow kernel would; an honest thread's wait
 /// exceeds the cap only when it gets less than a fifth of a core (a machine loaded 5 times over).
 constexpr double kWaitPerCpu = 4;
 
