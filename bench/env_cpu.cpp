@@ -10,7 +10,9 @@
 //     with sandboxed exec-started workers and the one-pass output check; each pass grades every
 //     answer twice in a row, as a group's answers share a task;
 //   spawn: the older path that forks the parent per worker (PoolOptions::Spawn::fork) against
-//     sandboxed exec-started workers (the default).
+//     sandboxed exec-started workers (the default);
+//   seedjob: a fresh worker per correctness seed (VerifierOptions::correctness_seeds_per_job 1)
+//     against the default (the seeds in one job where they fit), each answer graded twice.
 // The parent holds PARENT_MB of touched memory (default 2048), as a trainer holds its policy's
 // weights and optimizer state: that is what a fork of the parent copies page tables for.
 //   ninja -C build bench_env_cpu && ./build/bench_env_cpu [tasks/starter] [pairs=5] [parent_mb=2048] [COMPARE]
@@ -64,6 +66,7 @@ struct Side {
   env::PoolOptions::Spawn spawn;
   size_t reference_cache_mb;
   int check_job_sample;
+  int seeds_per_job = env::VerifierOptions{}.correctness_seeds_per_job;
 };
 
 Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, const Side& side, const std::string& cache_dir) {
@@ -84,6 +87,7 @@ Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, const Side& s
   env::VerifierOptions vo = cli::verifier_options(e);
   vo.reference_cache_mb = side.reference_cache_mb;
   vo.check_job_sample = side.check_job_sample;
+  vo.correctness_seeds_per_job = side.seeds_per_job;
   env::Verifier verifier(backend, pool, vo);
   const env::PoolStats before = pool->stats();
   auto t0 = std::chrono::steady_clock::now();
@@ -118,8 +122,11 @@ int main(int argc, char** argv) {
   if (compare == "spawn") {
     sides[0] = {"fork", S::fork, defaults.reference_cache_mb, defaults.check_job_sample};
     sides[1] = {"exec", S::exec, defaults.reference_cache_mb, defaults.check_job_sample};
+  } else if (compare == "seedjob") {
+    sides[0] = {"per-seed", S::exec, defaults.reference_cache_mb, defaults.check_job_sample, 1};
+    sides[1] = {"seeds-in-one", S::exec, defaults.reference_cache_mb, defaults.check_job_sample};
   } else if (compare != "parent") {
-    std::fprintf(stderr, "bench_env_cpu: COMPARE is parent or spawn, not '%s'\n", compare.c_str());
+    std::fprintf(stderr, "bench_env_cpu: COMPARE is parent, spawn or seedjob, not '%s'\n", compare.c_str());
     return 2;
   }
   auto set = tasks::load_task_set(dir);
@@ -130,7 +137,7 @@ int main(int argc, char** argv) {
     for (const auto& e : fs::directory_iterator(fs::path(spec.dir) / "solutions"))
       if (e.path().filename().string().rfind("cpu_", 0) == 0) jobs.push_back({rts.back().get(), e.path().string(), slurp(e.path())});
   }
-  if (compare == "parent") {  // two answers per task in a row, as in a group
+  if (compare != "spawn") {  // two answers per task in a row, as in a group
     std::vector<cli::GradeJob> twice;
     for (const auto& j : jobs) {
       twice.push_back(j);

@@ -168,15 +168,15 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
   const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   EvalResult base = rig.verifier->evaluate(task, good);
   REQUIRE(base.verdict == Verdict::correct);
-  // 2 seeds + the timing job with a no-op in place of the code (the CPU-time bound) + the timing
-  // job, then (a few-us kernel: too short for the bound) the CPU-time check job between two
+  // The 2 seeds' job (one worker job: VerifierOptions::correctness_seeds_per_job) + the timing
+  // job with a no-op in place of the code (the CPU-time bound) + the timing job, then (a few-us kernel: too short for the bound) the CPU-time check job between two
   // no-op jobs (up to three times if machine noise tripped the bound)
   // (Under heavy load the -O1 loop can take long enough that the timing job's own CPU bounds it:
   // then there is no check job; 1 run in 20 of the timing tests with a core busy.)
   const int jobs = rig.faults->candidate_jobs.exchange(0);
   const int checks = base.details.count("cpu_check_jobs") ? std::stoi(base.details.at("cpu_check_jobs")) : 0;
   CHECK(checks <= 3);
-  CHECK(jobs == 4 + 3 * checks);
+  CHECK(jobs == 3 + 3 * checks);
   CHECK(base.details.count("cpu_check_runs") == (checks > 0 ? 1u : 0u));
   // The jobs a later grading of the same code makes besides `base_jobs`: a check job's three
   // unless its finding was kept from the first grading.
@@ -190,9 +190,9 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
     EvalResult r = rig.verifier->evaluate(task, good);
     CAPTURE(r.feedback);
     CHECK(r.verdict == Verdict::correct);
-    // 2 seeds, the no-op, the timing job and its retry: no CPU-time check job (this code's CPU a
-    // run is known from the first grading)
-    CHECK(rig.faults->candidate_jobs.load() == 4 + 1 + check_jobs_of(r));
+    // The seeds' job, the no-op, the timing job and its retry: no CPU-time check job (this code's
+    // CPU a run is known from the first grading)
+    CHECK(rig.faults->candidate_jobs.load() == 3 + 1 + check_jobs_of(r));
     if (checks > 0) CHECK(r.details.count("cpu_check_cached") == 1);
     CHECK(r.details.at("infra_retries") == "1");
     CHECK(std::isfinite(r.speedup));
@@ -209,26 +209,26 @@ TEST_CASE("env infra: an out-of-memory reply from a worker is retried once, twic
     CHECK(std::isnan(r.speedup));
   }
   SUBCASE("twice on the timing job: infra_error after the correctness runs passed") {
-    // The 2 correctness jobs and the no-op baseline run; the timing job and its retry fault.
-    rig.faults->skip_jobs = 3;
+    // The seeds' job and the no-op baseline run; the timing job and its retry fault.
+    rig.faults->skip_jobs = 2;
     rig.faults->oom_replies = 2;
     EvalResult r = rig.verifier->evaluate(task, good);
     CAPTURE(r.feedback);
     CHECK(r.verdict == Verdict::infra_error);
-    CHECK(rig.faults->candidate_jobs.load() == 5);
+    CHECK(rig.faults->candidate_jobs.load() == 4);
     CHECK(contains(r.details.at("infra_error"), "during the timing runs"));
     CHECK(std::isnan(r.speedup));
     CHECK(std::isnan(r.candidate_ms));
   }
   SUBCASE("once on the timing job: retried on fresh buffers, correct") {
-    rig.faults->skip_jobs = 3;
+    rig.faults->skip_jobs = 2;
     rig.faults->oom_replies = 1;
     EvalResult r = rig.verifier->evaluate(task, good);
     CAPTURE(r.feedback);
     CHECK(r.verdict == Verdict::correct);
-    // 2 seeds, the no-op baseline, the timing job twice (the check job's CPU a run is known
-    // from the first grading)
-    CHECK(rig.faults->candidate_jobs.load() == 5 + check_jobs_of(r));
+    // The seeds' job, the no-op baseline, the timing job twice (the check job's CPU a run is
+    // known from the first grading)
+    CHECK(rig.faults->candidate_jobs.load() == 4 + check_jobs_of(r));
     CHECK(r.details.at("infra_retries") == "1");
     CHECK(std::isfinite(r.speedup));
   }

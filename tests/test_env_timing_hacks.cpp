@@ -65,8 +65,8 @@ env::EvalResult grade_relu(const std::string& body, int trials = 5) {
 }
 
 const char* kCompute = "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;";
-// Honest on the first two calls of the process (the correctness seeds), so what follows is
-// judged by the timing runs' rules.
+// Honest on the first two calls of the process (the correctness job's two seeds; a timing job's
+// first two runs), so what follows is judged by the timing runs' rules.
 const std::string kHonestFirst = std::string("  static long calls_ = 0;\n  if (++calls_ <= 2) {\n") + kCompute + "\n    return;\n  }\n";
 
 }  // namespace
@@ -92,13 +92,15 @@ TEST_CASE("env timing: an honest answer is correct, skipping work in later calls
   if (honest.details.count("cpu_bound") == 0 && skip.details.count("cpu_bound") == 0)
     CHECK(skip.speedup < 4 * honest.speedup);
   // Returns at once when its output is not all zeros (it assumes zeroed outputs): the poison stays.
-  auto zeros = grade_relu(std::string("  static bool done = false; if (done && y[0] != 0.0f) return; done = true;\n") + kCompute);
+  // (Honest in the correctness job's calls: its second seed would find it already.)
+  auto zeros = grade_relu(kHonestFirst + "  static bool done = false; if (done && y[0] != 0.0f) return; done = true;\n" + kCompute);
   CAPTURE(zeros.feedback);
   CHECK(zeros.verdict == env::Verdict::wrong_output);
   CHECK((zeros.feedback.find("after the timing loop") != std::string::npos ||
          zeros.feedback.find("on timed call") != std::string::npos));
 
-  // Computes only on its first call of the process (the timing job's first run).
+  // Computes only on its first call of the process: its second seed (the seeds share a worker
+  // job), and with a worker per seed the timing job's later runs, are left unwritten.
   auto once = grade_relu(std::string("  static int calls = 0; if (calls++ > 0) return;\n") + kCompute);
   CAPTURE(once.feedback);
   CHECK(once.verdict == env::Verdict::wrong_output);

@@ -200,14 +200,15 @@ TEST_CASE("env reply: an answer that writes its own reply frame is a runtime_err
   for (int t = 1; t < 3000; ++t) { runs += "," + std::to_string(t); times += ",0.001"; }
   forge("{\"verdict\":\"correct\",\"message\":\"\",\"failed_launch\":-1,\"times_ms\":" + times + "],\"runs\":" + runs + "]}");)CODE",
        "runs"},
-      {"one run repeated", "forge(R\"(" + reply("correct", "[0,0,0,0,0,0,0,0]", "[0.001]") + ")\");", "at most 1"},
-      // On its second call, which only a timing job makes: the timing job's checks (they indexed
+      // (The correctness job runs the 2 seeds of grade_relu's environment: 2 runs.)
+      {"one run repeated", "forge(R\"(" + reply("correct", "[0,0,0,0,0,0,0,0]", "[0.001]") + ")\");", "the job allows at most 2"},
+      // On its third call, which only a timing job makes: the timing job's checks (they indexed
       // by each listed run) never see these lists.
       {"a timing job's run list holding -1",
-       "static int calls = 0;\n  if (++calls == 2) forge(R\"(" + reply("correct", "[0,-1,2,3,4,5]", "[1,1,1,1,1]") + ")\");",
+       "static int calls = 0;\n  if (++calls == 3) forge(R\"(" + reply("correct", "[0,-1,2,3,4,5]", "[1,1,1,1,1]") + ")\");",
        "not 0, 1, 2"},
       {"a timing job's checked run repeated a million times",
-       "static int calls = 0;\n  if (++calls == 2) { std::string runs = \"[0\"; for (int t = 0; t < 1000000; ++t) runs += \",0\";\n"
+       "static int calls = 0;\n  if (++calls == 3) { std::string runs = \"[0\"; for (int t = 0; t < 1000000; ++t) runs += \",0\";\n"
        "  forge(\"{\\\"verdict\\\":\\\"correct\\\",\\\"message\\\":\\\"\\\",\\\"failed_launch\\\":-1,\\\"times_ms\\\":[1],\\\"runs\\\":\" + runs + \"]}\"); }",
        "runs"},
       {"a forged timeout", "forge(R\"(" + reply("timeout", "[]", "[]") + ")\");", "timeout"},

@@ -179,12 +179,69 @@ TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
 
 TEST_CASE("env: a kernel that caches its first result fails after the timing loop (rotated inputs)") {
   auto task = starter_task("softmax_rows");
-  // Computes once per process, then returns: passes every correctness seed (a fresh worker per
-  // seed) but leaves the other rotated timing sets unwritten.
-  auto r = eval(*task, answer(softmax_code("  static bool done = false;\n  if (done) return;\n  done = true;\n"), kSoftmaxPlan));
+  // Computes once per process, then returns. With a fresh worker per correctness seed it passes
+  // every seed but leaves the other rotated timing sets unwritten; with the seeds in one job
+  // (the default) it fails on seed 2 already.
+  const std::string once = answer(softmax_code("  static bool done = false;\n  if (done) return;\n  done = true;\n"), kSoftmaxPlan);
+  auto opts = shared().env->verifier->options();
+  opts.correctness_seeds_per_job = 1;
+  Verifier per_seed(shared().env->backend, shared().env->pool, opts);
+  auto r = per_seed.evaluate(*task, once);
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::wrong_output);
   CHECK(contains(r.feedback, "after the timing loop"));
+  auto d = eval(*task, once);
+  CAPTURE(d.feedback);
+  CHECK(d.verdict == Verdict::wrong_output);
+  CHECK(contains(d.feedback, "on seed 2 of 3"));
+}
+
+TEST_CASE("env: the correctness seeds run in one worker job, each failure placed on its seed") {
+  // test_env's 3 seeds, one worker job (cpu): call k of the process is seed k. The parent copies
+  // each run's outputs as the worker reports the run and counts the runs made.
+  auto task = starter_task("softmax_rows");
+  SUBCASE("a crash in the second call is a runtime_error on seed 2") {
+    auto r = eval(*task, answer(softmax_code("  static int calls = 0;\n  if (++calls == 2) *(volatile int*)nullptr = 1;\n"),
+                                kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::runtime_error);
+    CHECK(contains(r.feedback, "SIGSEGV"));
+    CHECK(contains(r.feedback, "on seed 2 of 3"));
+  }
+  SUBCASE("outputs left unwritten in the third call are wrong on seed 3") {
+    auto r = eval(*task, answer(softmax_code("  static int calls = 0;\n  if (++calls == 3) return;\n"), kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::wrong_output);
+    CHECK(contains(r.feedback, "on seed 3 of 3"));
+    CHECK(r.details.at("seed") == "2");
+    CHECK(r.details.at("mismatches") == "8192");
+  }
+  SUBCASE("a seed's outputs are taken when its run ends: written one call late, seed 1 is wrong") {
+    // Call k computes call k-1's softmax (pointers kept from the previous call) into its outputs,
+    // which the worker's shared memory still holds; read at the end of the job, seeds 1 and 2
+    // would pass.
+    const std::string lag = softmax_code(
+        "  static const float* px = nullptr; static float* py = nullptr;\n"
+        "  const float* cx = x; float* cy = y;\n"
+        "  if (!px) { px = cx; py = cy; return; }\n"
+        "  x = px; y = py; px = cx; py = cy;\n");
+    auto r = eval(*task, answer(lag, kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::wrong_output);
+    CHECK(contains(r.feedback, "on seed 1 of 3"));
+    CHECK(r.details.at("seed") == "0");
+  }
+  SUBCASE("an earlier seed's input written in a later call is inputs_modified on that seed") {
+    const std::string later = softmax_code(
+        "  static const float* first = nullptr; static int calls = 0;\n"
+        "  if (!first) first = x;\n"
+        "  if (++calls == 3) const_cast<float*>(first)[7] += 1.0f;\n");
+    auto r = eval(*task, answer(later, kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::inputs_modified);
+    CHECK(contains(r.feedback, "on seed 1 of 3"));
+    CHECK(contains(r.feedback, "[0, 7]"));
+  }
 }
 
 TEST_CASE("env: fewer warm-up + timed runs than input sets still runs every set (a correct answer stays correct)") {

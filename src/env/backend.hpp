@@ -183,6 +183,10 @@ struct RunOutcome {
   double job_main_cpu_ms = -1;
   /// With RunRequest::worker_sample_slots: the run each slot holds, -1 for a slot never filled.
   std::vector<int> sampled_runs;
+  /// With RunRequest::parent_snapshots: the runs the parent counted as the worker reported them
+  /// (its copies made), whatever the job's end; a failed job failed in run `runs_counted` (or
+  /// after its last). Set by the parent, never read from the worker's reply; -1 otherwise.
+  int runs_counted = -1;
 
   /// True if the sequence ran to completion.
   bool ok() const { return verdict == Verdict::correct; }

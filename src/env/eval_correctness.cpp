@@ -1,5 +1,6 @@
 // Step 4 of an evaluation: correctness on several seeds, candidate first, then the reference;
 // and the output / input check every later timed run is held to as well (env/evaluation.hpp).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +14,16 @@
 #include "env/reference_cache.hpp"
 
 namespace leap::env {
+
+namespace {
+
+/// Correctness seeds share one worker job (cpu backend) as long as all their inputs and outputs
+/// fit in this many bytes of the job's shared memory (at most kMaxTimeoutRuns seeds a job): a
+/// fresh sandboxed worker per seed cost a process start each, most of a short kernel's
+/// correctness step (bench/env_cpu).
+constexpr size_t kSeedJobBytes = size_t(64) << 20;
+
+}  // namespace
 
 std::vector<torch::Tensor> Evaluation::reference(const std::vector<torch::Tensor>& in) {
   std::shared_lock<DeviceLock> shared(v_.device_lock_, std::defer_lock);
@@ -63,7 +74,14 @@ std::optional<EvalResult> Evaluation::check_outputs(const SharedBuffers& buf, co
   for (size_t j = 0; j < n_out_; ++j)
     got.push_back(read_tensor(buf, static_cast<size_t>(index[n_in_ + j]), bound_.tensors[n_in_ + j]));
   if (auto bad = check_output_values(got, refs, when)) return bad;
-  for (size_t i = 0; check_inputs && i < n_in_; ++i) {
+  if (check_inputs) return check_inputs_unchanged(buf, index, inputs, when);
+  return std::nullopt;
+}
+
+std::optional<EvalResult> Evaluation::check_inputs_unchanged(const SharedBuffers& buf, const std::vector<int>& index,
+                                                             const std::vector<torch::Tensor>& inputs,
+                                                             const std::string& when) {
+  for (size_t i = 0; i < n_in_; ++i) {
     const BoundTensor& bt = bound_.tensors[i];
     torch::Tensor now = read_tensor(buf, static_cast<size_t>(index[i]), bt);
     torch::Tensor was = inputs[i].scalar_type() == torch::kBool ? inputs[i].to(torch::kByte) : inputs[i];
@@ -98,38 +116,109 @@ std::optional<EvalResult> Evaluation::check_output_values(const std::vector<torc
   return std::nullopt;
 }
 
+int Evaluation::seeds_per_job() const {
+  if (!reference_on_device_) return 1;  // cuda: outputs are device memory until the job ends
+  size_t set_bytes = 0;
+  for (size_t i = 0; i < n_in_ + n_out_; ++i) set_bytes += bound_.tensors[i].bytes();
+  const size_t fit = kSeedJobBytes / std::max<size_t>(1, set_bytes);
+  const int most = std::clamp(o_.correctness_seeds_per_job, 1, kMaxTimeoutRuns);
+  return static_cast<int>(std::clamp<size_t>(fit, 1, static_cast<size_t>(most)));
+}
+
 std::optional<EvalResult> Evaluation::check_correctness() {
-  std::vector<int> identity(bound_.tensors.size());
-  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
-  for (int s = 0; s < o_.seeds; ++s) {
-    // The seed's inputs and the reference's outputs on them are shared by every answer to this task.
+  const int per_job = seeds_per_job();
+  for (int first = 0; first < o_.seeds; first += per_job)
+    if (auto bad = check_seeds(first, std::min(per_job, o_.seeds - first))) return bad;
+  return std::nullopt;
+}
+
+std::optional<EvalResult> Evaluation::check_seeds(int first, int count) {
+  // The seeds' inputs and the reference's outputs on them are shared by every answer to this task.
+  struct Seed {
+    std::string key;
+    std::shared_ptr<const ReferenceEntry> entry;
+    std::string when;
+  };
+  std::vector<Seed> seeds;
+  for (int k = 0; k < count; ++k) {
+    const int s = first + k;
     const uint64_t seed = input_seed(task_, o_.seed, s);
-    const std::string key = ReferenceCache::key(task_, seed, o_.threads);
-    const auto entry = v_.reference_cache_->inputs(key, [&] { return make_inputs(task_, seed, s); });
-    const std::vector<torch::Tensor>& inputs = entry->inputs;
-    SharedBuffers buf(bound_.tensors);
-    for (size_t i = 0; i < n_in_; ++i) write_tensor(buf, i, inputs[i]);
-    for (size_t j = 0; j < n_out_; ++j) prefill_output(buf, n_in_ + j, bound_.tensors[n_in_ + j]);
-    const RunOutcome run = retry_once_on_infra(
-        [&](int attempt) {
-          if (attempt)  // once more, from poisoned outputs again
-            for (size_t j = 0; j < n_out_; ++j) prefill_output(buf, n_in_ + j, bound_.tensors[n_in_ + j]);
-          std::shared_lock<DeviceLock> shared(v_.device_lock_);  // correctness runs share the device
-          return v_.pool_->run(comp_.artifact, bound_, buf, RunRequest{});  // defaults: no warm-up, one run
-        },
-        infra_retries_);
-    const std::string when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(o_.seeds) +
-                             " (inputs: " + inputs_text(task_, s) + ")";
-    if (run.verdict == Verdict::infra_error) return infra(run.message + " (twice) [" + when + "]");
-    if (!run.ok()) return fail(run.verdict, run_failure_text(run) + " [" + when + "]");
-    std::vector<torch::Tensor> refs = v_.reference_cache_->outputs(key, entry, [&](const auto& in) { return reference(in); });
-    if (s == 0)
+    Seed sd;
+    sd.key = ReferenceCache::key(task_, seed, o_.threads);
+    sd.entry = v_.reference_cache_->inputs(sd.key, [&] { return make_inputs(task_, seed, s); });
+    sd.when = "on seed " + std::to_string(s + 1) + " of " + std::to_string(o_.seeds) + " (inputs: " + inputs_text(task_, s) + ")";
+    seeds.push_back(std::move(sd));
+  }
+  // One job, set k (its own inputs and outputs) in run k. With several seeds the parent copies
+  // each run's outputs into its own memory as the worker reports the run (a later run cannot
+  // rewrite them) and counts the runs made, so a failure is placed on its seed.
+  BoundPlan plan = bound_;
+  std::vector<std::vector<int>> rotations = add_rotated_sets(plan, n_in_ + n_out_, count);
+  SharedBuffers buf(plan.tensors);
+  auto fill = [&] {
+    for (int k = 0; k < count; ++k) {
+      const auto& rot = rotations[static_cast<size_t>(k)];
+      for (size_t i = 0; i < n_in_; ++i) write_tensor(buf, static_cast<size_t>(rot[i]), seeds[static_cast<size_t>(k)].entry->inputs[i]);
+      for (size_t j = 0; j < n_out_; ++j)
+        prefill_output(buf, static_cast<size_t>(rot[n_in_ + j]), bound_.tensors[n_in_ + j]);
+    }
+  };
+  fill();
+  RunRequest req;  // no warm-up, one run a seed
+  std::vector<std::vector<std::byte>> store;
+  if (count > 1) {
+    req.trials = count;
+    req.rotations = rotations;
+    req.timeout_runs = count;  // each seed's run may take what one correctness run may
+    req.parent_snapshots = true;
+    store.resize(static_cast<size_t>(count) * n_out_);
+    req.snapshot_store = &store;
+    for (int k = 0; k < count; ++k) {
+      Snapshot snap;
+      snap.run = k;
+      for (size_t j = 0; j < n_out_; ++j)
+        snap.copies.emplace_back(static_cast<int>(n_in_ + j), static_cast<int>(static_cast<size_t>(k) * n_out_ + j));
+      req.snapshots.push_back(std::move(snap));
+    }
+  }
+  const RunOutcome run = retry_once_on_infra(
+      [&](int attempt) {
+        if (attempt) fill();  // once more, from the seeds' inputs and poisoned outputs again
+        std::shared_lock<DeviceLock> shared(v_.device_lock_);  // correctness runs share the device
+        return v_.pool_->run(comp_.artifact, plan, buf, req);
+      },
+      infra_retries_);
+  const int made = count > 1 ? run.runs_counted : (run.ok() ? 1 : 0);
+  for (int k = 0; k < count; ++k) {
+    const Seed& sd = seeds[static_cast<size_t>(k)];
+    if (k >= made) {  // the job ended in this seed's run
+      if (run.verdict == Verdict::infra_error) return infra(run.message + " (twice) [" + sd.when + "]");
+      if (!run.ok()) return fail(run.verdict, run_failure_text(run) + " [" + sd.when + "]");
+      return fail(Verdict::runtime_error, "internal: the correctness job made " + std::to_string(made) + " of " +
+                                              std::to_string(count) + " runs [" + sd.when + "]");
+    }
+    const std::vector<torch::Tensor> refs =
+        v_.reference_cache_->outputs(sd.key, sd.entry, [&](const auto& in) { return reference(in); });
+    if (first + k == 0)
       for (size_t j = 0; j < n_out_; ++j) declared_rms_[j] = finite_rms(refs[j]);
-    if (auto bad = check_outputs(buf, identity, inputs, refs, when)) {
-      bad->details["seed"] = std::to_string(s);
+    std::optional<EvalResult> bad;
+    const auto& rot = rotations[static_cast<size_t>(k)];
+    if (count > 1) {
+      std::vector<torch::Tensor> got;
+      for (size_t j = 0; j < n_out_; ++j)
+        got.push_back(read_bytes_tensor(store.at(static_cast<size_t>(k) * n_out_ + j), bound_.tensors[n_in_ + j]));
+      bad = check_output_values(got, refs, sd.when);
+      if (!bad) bad = check_inputs_unchanged(buf, rot, sd.entry->inputs, sd.when);
+    } else {
+      bad = check_outputs(buf, rot, sd.entry->inputs, refs, sd.when);
+    }
+    if (bad) {
+      bad->details["seed"] = std::to_string(first + k);
       return bad;
     }
   }
+  if (!run.ok())  // after its last run: the reply was refused, or the worker died on its way out
+    return fail(run.verdict, run_failure_text(run) + " [" + seeds.back().when + "]");
   return std::nullopt;
 }
 

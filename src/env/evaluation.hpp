@@ -148,6 +148,16 @@ class Evaluation {
                                           const std::vector<torch::Tensor>& inputs,
                                           const std::vector<torch::Tensor>& refs, const std::string& when,
                                           bool check_inputs = true);
+  /// Checks that the inputs held in `buf` at tensor indices `index` still equal `inputs`: an
+  /// inputs_modified result naming `when`, or nothing.
+  std::optional<EvalResult> check_inputs_unchanged(const SharedBuffers& buf, const std::vector<int>& index,
+                                                   const std::vector<torch::Tensor>& inputs, const std::string& when);
+  /// How many correctness seeds one worker job runs: as many as fit kSeedJobBytes of shared
+  /// memory, at most kMaxTimeoutRuns (cpu backend); 1 on cuda.
+  int seeds_per_job() const;
+  /// Seeds first .. first + count - 1 in one worker job (run k on seed first + k), each seed's
+  /// outputs and inputs checked in order; the first failure, placed on its seed, or nothing.
+  std::optional<EvalResult> check_seeds(int first, int count);
   /// Checks `got` (one tensor per output, in order) against `refs`: a wrong_output result naming
   /// `when`, or nothing.
   std::optional<EvalResult> check_output_values(const std::vector<torch::Tensor>& got,

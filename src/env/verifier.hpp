@@ -46,6 +46,9 @@ struct VerifierOptions {
   /// reference: this many, drawn after the job ends (so its code cannot know which), plus each
   /// input set's last run; 0: every run. A strict re-measure checks every run regardless.
   int check_job_sample = 128;
+  /// Correctness seeds one worker job may run (cpu backend; each seed in its own input and
+  /// output set, as many as fit 64 MiB, at most 8); 1: a fresh worker per seed. cuda: always 1.
+  int correctness_seeds_per_job = 8;
   /// A timing job with warmup_ms or min_timed_ms has its checked runs drawn by the worker as
   /// they are made (RunRequest::worker_sample_slots), as on the cuda backend, also on the cpu
   /// backend, whose default is the parent's draw (an answer's host code shares a cpu worker's

@@ -823,7 +823,7 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
                                                  " s of wall time (it was not computing: sleeping or blocked?)";
     const int runs = std::clamp(request.timeout_runs, 1, kMaxTimeoutRuns);
     const std::string per_run = runs > 1 ? " (" + std::to_string(runs) + " runs of env.run_timeout_s " +
-                                               g(options_.run_timeout_s) + " s: the fewest runs this timing job makes)"
+                                               g(options_.run_timeout_s) + " s: the fewest runs this job makes)"
                                          : std::string();
     out.message = std::string(request.reference ? "the reference" : "the launch sequence") + " did not finish within " +
                   secs + per_run + (running >= 0 ? "; it was still running" + launch_text(plan, running) : std::string()) +
@@ -890,6 +890,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       out.job_main_cpu_ms = std::min(out.job_cpu_ms, main_at_reply - x.main_at_send);
   } else
     out = failed_job_outcome(*w, plan, request, x);
+  out.runs_counted = request.parent_snapshots ? x.reported_runs : -1;
   // 5. The worker back to its slot, or retired and replaced in the background (the caller goes
   // on at once).
   ++w->jobs;
