@@ -136,6 +136,9 @@ TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
     auto r = eval(*task, answer(softmax_code("  for (volatile int i = 0;; ) { (void)i; }\n"), kSoftmaxPlan));
     CAPTURE(r.feedback);
     CHECK(r.verdict == Verdict::timeout);
+    // One seed's limit (env.run_timeout_s 2), not the 3 seeds' job's pooled.
+    CHECK(contains(r.feedback, "within 2 s"));
+    CHECK(contains(r.feedback, "on seed 1 of 3"));
     auto ok = eval(*task, good);
     CHECK(ok.verdict == Verdict::correct);
   }
@@ -208,6 +211,14 @@ TEST_CASE("env: the correctness seeds run in one worker job, each failure placed
     CHECK(contains(r.feedback, "SIGSEGV"));
     CHECK(contains(r.feedback, "on seed 2 of 3"));
   }
+  SUBCASE("a second call that never returns is a timeout on seed 2, within one run's limit") {
+    auto r = eval(*task, answer(softmax_code("  static int calls = 0;\n  if (++calls == 2) for (volatile int i = 0;; ) { (void)i; }\n"),
+                                kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::timeout);
+    CHECK(contains(r.feedback, "within 2 s"));  // the run's own limit, counted from its start
+    CHECK(contains(r.feedback, "on seed 2 of 3"));
+  }
   SUBCASE("outputs left unwritten in the third call are wrong on seed 3") {
     auto r = eval(*task, answer(softmax_code("  static int calls = 0;\n  if (++calls == 3) return;\n"), kSoftmaxPlan));
     CAPTURE(r.feedback);
@@ -257,6 +268,29 @@ TEST_CASE("env: fewer warm-up + timed runs than input sets still runs every set 
   for (const auto& e : fs::directory_iterator(kStarter + "/relu/solutions"))
     if (e.path().filename().string().rfind("cpu_", 0) == 0) sol = leap::test::read_file(e.path());
   const auto r = env->verifier->evaluate(*task, sol);
+  CAPTURE(r.feedback);
+  CHECK(r.verdict == Verdict::correct);
+}
+
+TEST_CASE("env: each seed of the correctness job has one run's time limit, not a pooled one") {
+  // env.run_timeout_s 0.5 and 3 seeds; each of the first 3 calls of a process spins 0.3 s of CPU
+  // before computing. Within each run's limit (and the timing job's, which covers its fewest
+  // runs), so correct; a limit pooled over the seeds' job (0.5 s, or a run's limit counted from
+  // the job's start) would stop it in seed 2.
+  leap::test::TempDir cache;
+  auto cfg = test_env(cache.path.string());
+  cfg.run_timeout_s = 0.5;
+  auto env = leap::cli::make_environment(cfg, "cpu");
+  auto task = starter_task("softmax_rows");
+  const std::string slow_first = answer(
+      "#include <ctime>\n" +
+          softmax_code("  static int calls = 0;\n"
+                       "  if (++calls <= 3) {\n"
+                       "    timespec a{}, b{}; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);\n"
+                       "    do clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b); while ((b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec) < 0.3);\n"
+                       "  }\n"),
+      kSoftmaxPlan);
+  const auto r = env->verifier->evaluate(*task, slow_first);
   CAPTURE(r.feedback);
   CHECK(r.verdict == Verdict::correct);
 }

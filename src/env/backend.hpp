@@ -126,6 +126,11 @@ struct RunRequest {
   int worker_sample_slots = 0;
   int worker_sample_first = -1;
   std::vector<int> worker_sample_outputs;
+  /// Parent side only (never sent), with `parent_snapshots` and `report_every` 1: the job's time
+  /// limit (and its idle stop and wall-clock backstop) counts afresh from each run's start, as if
+  /// every run were a job of its own: a correctness job of several seeds, where a pooled limit
+  /// let a first call that never returns hold the grader for every seed's time (a red team).
+  bool timeout_per_run = false;
   /// Worker side only (never sent): called after each run, outside the timed region, once the
   /// backend's own copies are made; false stops the job (the parent is gone).
   std::function<bool(int run)> on_run_done;

@@ -169,8 +169,8 @@ std::optional<EvalResult> Evaluation::check_seeds(int first, int count) {
   if (count > 1) {
     req.trials = count;
     req.rotations = rotations;
-    req.timeout_runs = count;  // each seed's run may take what one correctness run may
     req.parent_snapshots = true;
+    req.timeout_per_run = true;  // each seed's run has one correctness run's limit, as a job of its own
     store.resize(static_cast<size_t>(count) * n_out_);
     req.snapshot_store = &store;
     for (int k = 0; k < count; ++k) {

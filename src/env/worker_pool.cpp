@@ -731,6 +731,7 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
     x.reported_runs = t + 1;
     x.reply.clear();
     watch_start.excused_s += std::chrono::duration<double>(Clock::now() - parent_from).count();
+    if (request.timeout_per_run) watch_start = WatchStart::now(w.pid, x.lim);  // the next run's own limit
     if (!send_all(w.sock, &go, 1)) {
       x.watched.r = Recv::eof;
       return;
@@ -854,6 +855,8 @@ RunOutcome WorkerPool::failed_job_outcome(Worker& w, const BoundPlan& plan, cons
 
 RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, SharedBuffers& buffers,
                            const RunRequest& request) {
+  if (request.timeout_per_run && (!request.parent_snapshots || request.report_every != 1))
+    throw Error("internal: a time limit per run needs the runs reported one by one (parent_snapshots)");
   if (request.parent_snapshots && request.report_every > 1 &&
       (fixed_job_runs(request) < 0 || request.rotations.size() < static_cast<size_t>(request.report_every)))
     throw Error("internal: a job reported in blocks of " + std::to_string(request.report_every) +
