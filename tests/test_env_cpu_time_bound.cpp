@@ -75,6 +75,45 @@ TEST_CASE("env cpu-time bound: own CPU beyond the no-op, failing closed, merging
   CHECK_FALSE(cpu_over(v, 1.0, 2));
 }
 
+TEST_CASE("env cpu-time bound: the calling thread is held to its calls' mean reported time, not only the median") {
+  // 30 ms over 10 runs, 25 ms of it in the main thread; the no-op 5 ms over 10 runs, all in its
+  // main thread: 2.5 ms a run of own CPU, 2.0 of it on the calling thread, 0.5 in another.
+  RunOutcome cand = job(30.0, 10), base = job(5.0, 10);
+  cand.job_main_cpu_ms = 25.0;
+  base.job_main_cpu_ms = 5.0;
+  // A spin-join on a loaded machine: 9 calls of 0.2 ms and one of 19 ms that spun while its
+  // helper thread was off the CPU. Median 0.2 ms, mean 2.08 ms.
+  cand.times_ms = {0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 19.0};
+  const CpuUse spin = cpu_use(base, cand, true, "unused");
+  CHECK(spin.reported_mean_ms == doctest::Approx(2.08));
+  CHECK(spin.other_threads_ms == doctest::Approx(0.5));
+  // Over the bound against the median (charged its CPU, 2.5 > 0.3 + 0.2 + 0.025), but the calling
+  // thread's 2.0 ms is within 1.5 x 2.08 + 0.2 + 0.025: threads, not a forged time.
+  CHECK(cpu_over(spin, 0.2, 1));
+  CHECK(cpu_over_by_threads(spin, 0.2, 1));
+  CHECK(charged_ms(spin, 1) == doctest::Approx(2.5));
+  // The same CPU with every call reported at 0.2 ms (a forged time is short in every call).
+  cand.times_ms.assign(10, 0.2);
+  const CpuUse forged = cpu_use(base, cand, true, "unused");
+  CHECK(forged.reported_mean_ms == doctest::Approx(0.2));
+  CHECK(cpu_over(forged, 0.2, 1));
+  CHECK_FALSE(cpu_over_by_threads(forged, 0.2, 1));
+  // A long reported call without another thread explains nothing: all 2.5 ms on the calling
+  // thread, which a mean of 2.08 would allow, is still not "threads".
+  cand.times_ms = {0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 19.0};
+  cand.job_main_cpu_ms = 30.0;
+  const CpuUse alone = cpu_use(base, cand, true, "unused");
+  CHECK(alone.other_threads_ms == doctest::Approx(0.0));
+  CHECK(cpu_over(alone, 0.2, 1));
+  CHECK_FALSE(cpu_over_by_threads(alone, 0.2, 1));
+  // No reported times: the median alone, as before.
+  cand.times_ms.clear();
+  cand.job_main_cpu_ms = 25.0;
+  const CpuUse none = cpu_use(base, cand, true, "unused");
+  CHECK(none.reported_mean_ms < 0);
+  CHECK_FALSE(cpu_over_by_threads(none, 0.2, 1));
+}
+
 TEST_CASE("env cpu-time bound: CPU in threads besides the calling one is charged, and alone it is no forged time") {
   // 30 ms over 10 runs, 12 ms of it in the worker's main thread; the no-op job 5 ms over 10 runs,
   // all in its main thread: 3.0 - 0.5 = 2.5 ms a run of own CPU, 1.8 of it in other threads.

@@ -12,6 +12,11 @@ CpuUse cpu_use(const RunOutcome& base, const RunOutcome& cand, bool noop_built, 
   use.runs = static_cast<int>(cand.runs.size());
   use.own_ms = cand.job_cpu_ms >= 0 && use.runs > 0 ? cand.job_cpu_ms / use.runs : -1;
   use.job_ms = use.own_ms;
+  double sum = 0;
+  int timed = 0;
+  for (double t : cand.times_ms)
+    if (std::isfinite(t) && t >= 0) sum += t, ++timed;
+  if (timed > 0) use.reported_mean_ms = sum / timed;
   if (use.own_ms >= 0 && cand.job_main_cpu_ms >= 0)
     use.other_threads_ms = std::max(0.0, cand.job_cpu_ms - cand.job_main_cpu_ms) / use.runs;
   if (use.own_ms >= 0) {
@@ -75,7 +80,7 @@ bool cpu_over(const CpuUse& use, double reported, int threads) {
 
 bool cpu_over_by_threads(const CpuUse& use, double reported, int threads) {
   if (!cpu_over(use, reported, threads) || !std::isfinite(use.own_ms) || !(use.other_threads_ms > 0)) return false;
-  return !cpu_over(calling_thread(use), reported, threads);
+  return !cpu_over(calling_thread(use), std::max(reported, use.reported_mean_ms), threads);
 }
 
 double charged_ms(const CpuUse& use, int threads) {

@@ -38,6 +38,10 @@ struct CpuUse {
   /// thread's, less the no-op job's), ms; -1 when unknown. Code that splits its work over threads
   /// is charged all of it (env.cpu.threads is the comparison's budget), and is not a cheat.
   double other_threads_ms = -1;
+  /// The mean of the measured job's reported trial times (ms); -1 when it reported none. The
+  /// calling thread's CPU inside a timed call cannot exceed the call's wall time, so its CPU a
+  /// run is held to this (or the median, if higher) when telling threads from a forged time.
+  double reported_mean_ms = -1;
 };
 
 /// The candidate's own CPU a run in job `cand`, beyond the no-op job `base` (when `noop_built`
@@ -74,8 +78,13 @@ double cpu_limit(const CpuUse& use, double reported, int threads);
 bool cpu_over(const CpuUse& use, double reported, int threads);
 
 /// True when `use` is over the bound only because of its other threads: what the calling thread
-/// used alone (own_ms - other_threads_ms) is within cpu_limit. Such code is timed by its CPU time
-/// like any over the bound, but it made threads (honest parallel code), not a forged time.
+/// used alone (own_ms - other_threads_ms) is within cpu_limit of the job's mean reported time
+/// (`use.reported_mean_ms`) or of `reported`, whichever is higher. Such code is timed by its CPU
+/// time like any over the bound, but it made threads (honest parallel code), not a forged time.
+/// The mean, not only the median: a calling thread that spin-waits for a helper thread spins for
+/// as long as the helper is off the CPU, inside its timed call; on a loaded machine a few such
+/// calls put its CPU a run far above the median call's (a red team's honest spin-wait pool was
+/// flagged as a forged time, 2026-12-07), while a forged time is short in every call.
 bool cpu_over_by_threads(const CpuUse& use, double reported, int threads);
 
 /// The time a run is charged when its CPU is over the bound (ms): its own CPU spread over

@@ -111,6 +111,7 @@ void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& can
     return;
   }
   ok_.suspicious = true;
+  if (use.other_threads_ms >= 0) ok_.details["cpu_threads_ms_per_run"] = fmt_num(use.other_threads_ms);
   ok_.details["cpu_bound"] = "the job used " + fmt_ms(own) + " ms of CPU per run against a reported median of " +
                              fmt_ms(reported) + " ms" + why;
   cpu_note_ = "\nnote: the timing job used " + fmt_ms(own) + " ms of CPU time per run beyond a no-op's" + why +
