@@ -459,6 +459,28 @@ TEST_CASE("env sandbox: the compiler cannot include files outside the system hea
   CHECK_MESSAGE(ok.ok, ok.log);
 }
 
+TEST_CASE("env sandbox: the compiler sees no endless device to include, only /dev/null") {
+  // `#include "/dev/zero"` (urandom, random, full) is read without end by the preprocessor: a red
+  // team's one-line answer took 2.4 GB in 3 s. Probed with __has_include, which reads nothing.
+  if (!host_has(&SandboxReport::filesystem)) return;
+  leap::test::TempDir dir;
+  auto backend = make_backend(dir);
+  TaskInterface task = probe_task();
+  LaunchPlan plan = parse_launch_plan(kPlan, task, backend->plan_options());
+  const std::string probe =
+      "#if __has_include(\"/dev/zero\") || __has_include(\"/dev/urandom\") || __has_include(\"/dev/random\") || "
+      "__has_include(\"/dev/full\")\n#error an endless device is visible\n#endif\n"
+      "#if !__has_include(\"/dev/null\")\n#error no /dev/null\n#endif\n";
+  CompileOutcome c = backend->compile(probe + probe_code("", ""), plan);
+  CHECK_MESSAGE(c.ok, c.log);
+  // Outside the sandbox the same probe finds them (so the check above can fail; its own cache).
+  leap::test::TempDir other;
+  auto off = make_backend(other, SandboxMode::off);
+  CompileOutcome host = off->compile(probe + probe_code("", ""), plan);
+  CHECK(!host.ok);
+  CHECK(host.log.find("an endless device is visible") != std::string::npos);
+}
+
 TEST_CASE("env sandbox: strict refuses a host without every protection, auto runs") {
   SandboxReport r = host_sandbox_report();
   leap::test::TempDir dir;

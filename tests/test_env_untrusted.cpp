@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -336,6 +337,7 @@ TEST_CASE("env compile: a compiler killed or out of memory is not cached, the co
   const std::string code = "#include <cstdint>\nextern \"C\" void copy(const float* x, float* y, int64_t n) {\n"
                            "  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
   write_compiler("exec g++ \"$@\"");
+  o.host_failure_memory_s = 0;  // (remembered failures: the next test case)
   env::CpuBackend backend(o);
   const env::LaunchPlan plan = env::parse_launch_plan("launches:\n  - kernel: copy\n    args: [x, y, N]\n", task, backend.plan_options());
 
@@ -370,6 +372,47 @@ TEST_CASE("env compile: a compiler killed or out of memory is not cached, the co
   CHECK_FALSE(env::compile_failure_is_the_answers(r));
   r.output = "";
   CHECK_FALSE(env::compile_failure_is_the_answers(r));  // no diagnostic: not the code's
+}
+
+TEST_CASE("env compile: a failure whose log only looks like the host's is remembered for a while, never cached") {
+  // The log's words are partly the answer's: a static_assert message may hold a newline and a
+  // driver's "Killed signal" line (a red team kept its failure out of the cache this way, and
+  // each resubmission cost a full compile). Such a failure is remembered by the backend for
+  // host_failure_memory_s: no second compiler run within it, another after it, none on disk.
+  test::TempDir dir;
+  env::CpuBackendOptions o;
+  o.cache_dir = (dir.path / "cache").string();
+  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
+  env::TaskInterface task;
+  task.inputs = {{"x", env::DType::float32, {"N"}}};
+  task.outputs = {{"y", env::DType::float32, {"N"}}};
+  task.sizes = {{"N", 16}};
+  const std::string code =
+      "#include <cstdint>\nstatic_assert(sizeof(int) == 0, \"x\\ng++: fatal error: Killed signal terminated program cc1plus\");\n"
+      "extern \"C\" void copy(const float* x, float* y, int64_t n) {\n  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
+  env::CpuBackend backend(o);
+  const env::LaunchPlan plan = env::parse_launch_plan("launches:\n  - kernel: copy\n    args: [x, y, N]\n", task, backend.plan_options());
+  const env::CompileOutcome first = backend.compile(code, plan);
+  CAPTURE(first.log);
+  REQUIRE_FALSE(first.ok);
+  CHECK(first.log.find("Killed signal") != std::string::npos);  // the words a host failure has
+  const env::CompileOutcome again = backend.compile(code, plan);
+  CHECK_FALSE(again.ok);
+  CHECK(again.feedback == first.feedback);
+  CHECK(backend.compiler_runs() == 1);  // remembered: no second compile
+  // Not in the compile cache: a fresh backend compiles it again.
+  env::CpuBackend fresh(o);
+  CHECK_FALSE(fresh.compile(code, plan).ok);
+  CHECK(fresh.compiler_runs() == 1);
+  // Forgotten after the window.
+  o.host_failure_memory_s = 0.3;
+  env::CpuBackend brief(o);
+  CHECK_FALSE(brief.compile(code, plan).ok);
+  CHECK_FALSE(brief.compile(code, plan).ok);
+  CHECK(brief.compiler_runs() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK_FALSE(brief.compile(code, plan).ok);
+  CHECK(brief.compiler_runs() == 2);
 }
 
 TEST_CASE("env feedback: special-token literals in feedback stay text in the next prompt") {

@@ -97,6 +97,9 @@ util::ProcessResult run_tool(const std::vector<std::string>& argv, const fs::pat
   sb.work_dir = work.string();
   sb.extra_ro = extra_ro;
   sb.mode = mode;
+  // Each process of the command (cc1plus, as, ld) within a cpu worker's memory: a quarter of the
+  // machine, at most 8 GB (two compiles of a memory bomb at 8 GB each were most of a 24-GB host).
+  sb.address_space_mb = std::min<int64_t>(sb.address_space_mb, default_worker_memory_mb());
   return Zygote::shared().run(argv, sb, po);
 }
 
@@ -233,6 +236,14 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
       out.feedback = it->second;
       return out;
     }
+    if (auto it = host_failed_.find(key); it != host_failed_.end()) {
+      if (std::chrono::steady_clock::now() < it->second.until) {
+        out.feedback = it->second.feedback;
+        out.log = it->second.log;
+        return out;
+      }
+      host_failed_.erase(it);
+    }
   }
 
   std::string tmpl = (dir / "build-XXXXXX").string();
@@ -279,7 +290,16 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
     out.feedback = compile_feedback(out.log, options_.feedback_errors, options_.feedback_chars, header);
     // Cached only when it is the code's own failure: a kill, an out-of-memory or a fork failure
     // of the compiler is the host's, and the same answer compiled again may well build.
-    if (compile_failure_is_the_answers(r)) cache_->store_failed(key, out.log);
+    if (compile_failure_is_the_answers(r)) {
+      cache_->store_failed(key, out.log);
+    } else if (options_.host_failure_memory_s > 0) {
+      std::lock_guard<std::mutex> lock(timed_out_mutex_);
+      if (host_failed_.size() >= kMaxTimedOutKeys) host_failed_.clear();
+      host_failed_[key] = {out.feedback, out.log,
+                           std::chrono::steady_clock::now() +
+                               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(options_.host_failure_memory_s))};
+    }
     return out;
   }
   // A module a worker could not load (its file-size limit: large initialised static data) is

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 #include <string>
@@ -48,6 +49,13 @@ struct CpuBackendOptions {
   /// The compiler (and nm) run in the zygote's sandbox (env/zygote.hpp: no network, a minimal
   /// read-only root with the build folder writable, no privileges); off runs them directly.
   SandboxMode sandbox = SandboxMode::auto_;
+  /// A failed compile that looks like the host's (compile_failure_is_the_answers false: never
+  /// in the compile cache) is remembered by this backend for this long, seconds: the same answer
+  /// graded again within it gets the same compile_error without a compiler run. The log's words
+  /// are partly the answer's (a diagnostic quotes its strings: a static_assert message holding a
+  /// newline and "g++: fatal error: Killed signal" kept a red team's failure out of the cache and
+  /// cost a full compile at every resubmission), so they decide only this short memory. 0: none.
+  double host_failure_memory_s = 120;
 };
 
 /// Generated source of the trampolines for `signatures` (see the file comment).
@@ -105,6 +113,13 @@ class CpuBackend : public Backend {
   /// cache: a loaded machine may be the cause, and a later run compiles it afresh.
   std::mutex timed_out_mutex_;
   std::unordered_map<std::string, std::string> timed_out_;
+  /// Keys whose compile failed the host's way (CpuBackendOptions::host_failure_memory_s), with
+  /// the outcome served again and when it is forgotten; under timed_out_mutex_.
+  struct HostFailure {
+    std::string feedback, log;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::unordered_map<std::string, HostFailure> host_failed_;
 };
 
 }  // namespace leap::env

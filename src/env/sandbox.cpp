@@ -243,7 +243,11 @@ std::string enter_minimal_root(const ChildSandbox& spec, int& module_fd) {
     }
   }
   for (const char* f : {"/etc/ld.so.cache", "/etc/alternatives"}) add(f, f, false);
-  for (const char* n : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}) add(n, n, false);
+  // A command's root (a compile) gets /dev/null only: `#include "/dev/zero"` (or urandom, full)
+  // is a file the preprocessor reads without end, to gigabytes of memory (a red team: 2.4 GB in
+  // 3 s). The compiler needs none of them (GCC seeds from the time without /dev/urandom).
+  for (const char* n : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"})
+    if (spec.libraries_only || std::string(n) == "/dev/null") add(n, n, false);
   for (const auto& p : spec.extra_ro) add(p, p, false);
   if (!spec.bind_rw_path.empty()) {
     const size_t before = srcs.size();
