@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "cli/environment.hpp"
 #include "env/input_rewrite.hpp"
+#include "util/hash.hpp"
 #include "env/run_sample.hpp"
 #include "env/task_runtime.hpp"
 #include "env/timing_schedule.hpp"
@@ -324,6 +326,86 @@ TEST_CASE("env timing: input rewrites are deterministic, in bounds, disjoint, an
   }
   CHECK(differs);
   CHECK(env::input_rewrites(0, 3, targets).empty());  // seed 0: none
+}
+
+namespace {
+
+/// perturb_input's documented rule, one element at a time (no vectors): the mantissa bits of a
+/// finite normal element XOR-ed with the high bits of the Weyl sequence i * k1 + k0 of the key
+/// (seed, run, position); kept only inside [lo, hi) when bounded.
+template <class Word, class Weyl>
+std::vector<Word> perturbed_by_rule(std::vector<Word> w, uint64_t seed, int run, int position, int mask_bits,
+                                    int exp_shift, Word exp_all, double (*value)(Word), const env::UniformBounds* b) {
+  const uint64_t key = util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
+                                      static_cast<uint64_t>(position));
+  const Weyl k0 = static_cast<Weyl>(key), k1 = static_cast<Weyl>(key >> 17) | 1u;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const Word e = static_cast<Word>((w[i] >> exp_shift) & exp_all);
+    if (e == 0 || e == exp_all) continue;
+    const Weyl r = static_cast<Weyl>(static_cast<Weyl>(i) * k1 + k0);
+    const Word mask = static_cast<Word>((Word(1) << mask_bits) - 1);
+    const Word y = static_cast<Word>(w[i] ^ (static_cast<Word>(r >> (8 * sizeof(Weyl) - mask_bits)) & mask));
+    if (!b || (value(y) >= b->low && value(y) < b->high)) w[i] = y;
+  }
+  return w;
+}
+
+template <class Word, class Float>
+double as_value(Word w) {
+  Float f;
+  std::memcpy(&f, &w, sizeof f);
+  return static_cast<double>(f);
+}
+
+double bf16_value(uint16_t w) { return as_value<uint32_t, float>(static_cast<uint32_t>(w) << 16); }
+
+/// `n` bit patterns of `Word`: values of mixed sign and binade, with zeros, a subnormal, inf and NaN.
+template <class Word>
+std::vector<Word> mixed_words(size_t n, Word zero, Word inf, Word nan, Word subnormal) {
+  std::vector<Word> w(n);
+  uint64_t s = 99;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    w[i] = static_cast<Word>(s >> (64 - 8 * sizeof(Word)));
+  }
+  w[3] = zero, w[5] = inf, w[7] = nan, w[11] = subnormal;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("env timing: the input perturbation gives the documented bits in this machine's vector clone") {
+  // perturb_input is built in one clone per vector width and runs the widest this CPU has; the
+  // worker and the verifier must agree bit for bit, so every clone must give the rule's bits.
+  // Lengths that leave a tail after any vector width.
+  for (size_t n : {size_t(1), size_t(13), size_t(1037), size_t(4099)}) {
+    CAPTURE(n);
+    const env::UniformBounds b{-0.75, 0.5};
+    for (const env::UniformBounds* bounds : {static_cast<const env::UniformBounds*>(nullptr), &b}) {
+      auto f32 = mixed_words<uint32_t>(std::max<size_t>(n, 12), 0, 0x7F800000u, 0x7FC00000u, 1u);
+      f32.resize(n);
+      const auto f32_before = f32;
+      auto want32 = perturbed_by_rule<uint32_t, uint32_t>(f32, 7, 3, 1, 23, 23, 0xFFu, as_value<uint32_t, float>, bounds);
+      env::perturb_input(7, 3, 1, env::DType::float32, f32.data(), n, bounds);
+      CHECK(f32 == want32);
+      auto f64 = mixed_words<uint64_t>(std::max<size_t>(n, 12), 0, 0x7FF0000000000000ull, 0x7FF8000000000000ull, 1u);
+      f64.resize(n);
+      auto want64 = perturbed_by_rule<uint64_t, uint64_t>(f64, 7, 4, 2, 52, 52, 0x7FFu, as_value<uint64_t, double>, bounds);
+      env::perturb_input(7, 4, 2, env::DType::float64, f64.data(), n, bounds);
+      CHECK(f64 == want64);
+      auto f16 = mixed_words<uint16_t>(std::max<size_t>(n, 12), 0, 0x7C00u, 0x7E00u, 1u);
+      f16.resize(n);
+      auto want16 = perturbed_by_rule<uint16_t, uint32_t>(f16, 9, 5, 0, 10, 10, 0x1Fu, as_value<uint16_t, _Float16>, bounds);
+      env::perturb_input(9, 5, 0, env::DType::float16, f16.data(), n, bounds);
+      CHECK(f16 == want16);
+      auto bf = mixed_words<uint16_t>(std::max<size_t>(n, 12), 0, 0x7F80u, 0x7FC0u, 1u);
+      bf.resize(n);
+      auto want_bf = perturbed_by_rule<uint16_t, uint32_t>(bf, 9, 6, 3, 7, 7, 0xFFu, bf16_value, bounds);
+      env::perturb_input(9, 6, 3, env::DType::bfloat16, bf.data(), n, bounds);
+      CHECK(bf == want_bf);
+      if (!bounds) CHECK(f32 != f32_before);  // it changed something (random bit patterns mostly fall outside the bounds)
+    }
+  }
 }
 
 TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and stops at a failed hook") {
