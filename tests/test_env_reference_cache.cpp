@@ -127,14 +127,17 @@ TEST_CASE("env reference cache: a group's answers share one reference run per se
 TEST_CASE("env compare: the one-pass check of a passing output agrees with the tensor-op oracle") {
   torch::manual_seed(3);
   int passed = 0, failed = 0;
-  for (int trial = 0; trial < 400; ++trial) {
+  for (int trial = 0; trial < 440; ++trial) {
     const auto dtype = trial % 2 ? torch::kFloat : torch::kDouble;
-    const int64_t n = 1 + trial % 97;
+    // Short outputs, then longer ones that end in a partial vector and cross the scan's 4096-element blocks.
+    const int64_t n = trial < 400 ? 1 + trial % 97 : 4000 + 37 * (trial - 400);
     torch::Tensor ref = torch::randn({n}, dtype) * (trial % 7 == 0 ? 100.0 : 1.0);
     // Errors around the tolerance's edge, so both sides of it are seen.
     torch::Tensor got = ref + torch::randn({n}, dtype) * (trial % 5) * 3e-5;
     if (trial % 11 == 0) ref[trial % n] = NAN, got[trial % n] = NAN;              // matched NaN
     if (trial % 13 == 0) ref[(trial + 1) % n] = INFINITY, got[(trial + 1) % n] = INFINITY;
+    if (trial % 19 == 0) ref[(trial + 2) % n] = -INFINITY, got[(trial + 2) % n] = -INFINITY;
+    if (trial % 23 == 0) got[(trial * 7) % n] = -ref[(trial * 7) % n].item<double>() - 1;  // one wrong element, anywhere
     if (trial % 17 == 0) got[trial % n] = NAN;                                   // a NaN where a number is due
     const double declared = trial % 3 == 0 ? 0.0 : 2.0;
     const Comparison fast = compare_output(got, ref, 1e-4, 1e-4, declared);
