@@ -57,6 +57,8 @@ struct Pass {
   // workers (mostly on the pool's background thread), the worker jobs, and the rest of the
   // grading threads' time (the parent: reference, inputs, checks).
   double wait_ms = 0, spawn_ms = 0, job_ms = 0, parent_ms = 0, wall_ms = 0;
+  double jobs = 0, spawns = 0;  // worker jobs and worker processes started, per evaluation
+  double check_jobs = 0;        // CPU-time check jobs (each between two no-op jobs), per evaluation
   int correct = 0, total = 0;
 };
 
@@ -95,7 +97,10 @@ Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, const Side& s
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const env::PoolStats after = pool->stats();
   Pass p;
-  for (const auto& r : results) p.correct += r.is_correct();
+  for (const auto& r : results) {
+    p.correct += r.is_correct();
+    if (auto it = r.details.find("cpu_check_jobs"); it != r.details.end()) p.check_jobs += std::stod(it->second);
+  }
   p.total = static_cast<int>(results.size());
   p.evals_per_s = p.total / wall;
   const double n = p.total;
@@ -103,6 +108,9 @@ Pass run_pass(const std::vector<cli::GradeJob>& jobs, int workers, const Side& s
   p.wait_ms = 1000 * (after.wait_s - before.wait_s) / n;
   p.spawn_ms = 1000 * (after.spawn_s - before.spawn_s) / n;
   p.job_ms = 1000 * (after.job_s - before.job_s) / n;
+  p.jobs = static_cast<double>(after.jobs - before.jobs) / n;
+  p.spawns = static_cast<double>(after.spawns - before.spawns) / n;
+  p.check_jobs /= n;
   p.parent_ms = std::max(0.0, 1000 * wall * workers / n - p.wait_ms - p.job_ms);
   return p;
 }
@@ -174,8 +182,11 @@ int main(int argc, char** argv) {
                 median(ratios), *std::min_element(ratios.begin(), ratios.end()),
                 *std::max_element(ratios.begin(), ratios.end()), pairs);
     for (auto* side : {&passes_a, &passes_b}) {
-      std::vector<double> wt, sp, jb, pa;
+      std::vector<double> wt, sp, jb, pa, nj, ns, nc;
       for (const auto& p : *side) {
+        nc.push_back(p.check_jobs);
+        nj.push_back(p.jobs);
+        ns.push_back(p.spawns);
         wt.push_back(p.wait_ms);
         sp.push_back(p.spawn_ms);
         jb.push_back(p.job_ms);
@@ -185,9 +196,10 @@ int main(int argc, char** argv) {
       const double total = median(wt) + median(jb) + median(pa);
       std::printf("  %-9s one cached evaluation, per grading thread (medians): process start %.1f ms (%.0f%%; "
                   "waiting for a ready worker), candidate run %.1f ms (%.0f%%), parent: reference and checks %.1f ms "
-                  "(%.0f%%); starting its workers took %.1f ms, mostly in the background\n",
+                  "(%.0f%%); starting its workers took %.1f ms, mostly in the background; %.2f worker jobs and %.2f "
+                  "workers started an evaluation, %.2f of the jobs CPU-time checks (each with two no-op jobs)\n",
                   (std::string(side == &passes_a ? sides[0].name : sides[1].name) + ":").c_str(), median(wt), 100 * median(wt) / total, median(jb),
-                  100 * median(jb) / total, median(pa), 100 * median(pa) / total, median(sp));
+                  100 * median(jb) / total, median(pa), 100 * median(pa) / total, median(sp), median(nj), median(ns), median(nc));
     }
   }
   return util::remove_tree(cache_dir) ? 0 : 1;

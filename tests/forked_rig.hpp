@@ -20,7 +20,7 @@
 namespace leap::test {
 
 /// `Backend` is constructed as Backend(CpuBackendOptions, Shared*); `Shared` is default-constructed
-/// in shared memory. One worker, 60 s of CPU time a job (these rigs are not about time limits: the
+/// in shared memory. `workers` workers (one by default), 60 s of CPU time a job (these rigs are not about time limits: the
 /// wall-clock backstop, 3 x 60 s, outlasts a machine stalled by other tests), compile flags
 /// `flags`, verifier options `options`.
 template <class Shared, class Backend>
@@ -31,7 +31,7 @@ struct ForkedRig {
   std::shared_ptr<env::WorkerPool> pool;
   std::unique_ptr<env::Verifier> verifier;
 
-  ForkedRig(std::vector<std::string> flags, const env::VerifierOptions& options) {
+  ForkedRig(std::vector<std::string> flags, const env::VerifierOptions& options, int workers = 1) {
     void* m = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(m != MAP_FAILED);
     shared = new (m) Shared();
@@ -40,7 +40,7 @@ struct ForkedRig {
     co.flags = std::move(flags);
     backend = std::make_shared<Backend>(co, shared);
     env::PoolOptions po;
-    po.workers = 1;
+    po.workers = workers;
     po.run_timeout_s = 60;
     po.cpu_time_limit = true;
     po.spawn = env::PoolOptions::Spawn::fork;  // the workers run this process's backend object

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <thread>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -45,6 +46,8 @@ struct Forgery {
   std::atomic<int> big_jobs{0};        ///< jobs of more than 23 runs (CPU-time check jobs) so far
   std::atomic<int> burn_big_job{0};    ///< > 0: that big job (1 = the first) also burns burn_ms of CPU
   std::atomic<int> burn_ms{0};
+  std::atomic<int> big_in_flight{0};   ///< jobs of more than 23 runs running now
+  std::atomic<int> most_big_in_flight{0};
 };
 
 /// The cpu backend, whose worker forges what it reports as code in the worker could.
@@ -63,7 +66,13 @@ class ForgingBackend : public CpuBackend {
     RunRequest req = r;
     const int cut = f_->truncate_over.load();
     if (cut > 0 && asked > cut) req.trials = std::max(1, cut - std::max(0, r.warmup));  // the loop ends early
+    if (asked > 23) {
+      const int now = f_->big_in_flight.fetch_add(1) + 1;
+      for (int most = f_->most_big_in_flight.load(); now > most && !f_->most_big_in_flight.compare_exchange_weak(most, now);) {
+      }
+    }
     RunOutcome out = CpuBackend::execute(a, p, t, req, cur);
+    if (asked > 23) f_->big_in_flight.fetch_sub(1);
     // Forged from the fastest run, the closest to the code's own CPU a call: on a loaded machine
     // the median wall time of an honest job is inflated by preemption (48 us against a 16-us
     // fastest call with one core busy), and a third of that is no forgery of the code's CPU.
@@ -90,7 +99,7 @@ VerifierOptions rig_options() {
 
 struct Rig : leap::test::ForkedRig<Forgery, ForgingBackend> {
   Forgery* const forgery = shared;
-  Rig() : ForkedRig({"-O2", "-fPIC", "-shared"}, rig_options()) {}
+  explicit Rig(int workers = 1) : ForkedRig({"-O2", "-fPIC", "-shared"}, rig_options(), workers) {}
 };
 
 }  // namespace
@@ -162,6 +171,37 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a CPU-time c
   CHECK(again.details.count("cpu_check_cached") == 0);
   CHECK(again.suspicious);
   CHECK(again.candidate_ms > 0.4 * honest_cpu);
+}
+
+TEST_CASE("env cpu bound: the same code graded side by side runs one CPU-time check at a time, the second reads its result") {
+  // A group's repeated samples are graded at once by its grading threads: the same code's check
+  // (three jobs of hundreds of runs) ran in each, side by side; now the second waits for the
+  // first's and reads the kept result (or, if it cannot serve, runs its own after it).
+  Rig rig(2);
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  EvalResult results[2];
+  {
+    std::thread a([&] { results[0] = rig.verifier->evaluate(task, answer); });
+    std::thread b([&] { results[1] = rig.verifier->evaluate(task, answer); });
+    a.join();
+    b.join();
+  }
+  int ran = 0, read = 0;
+  for (const EvalResult& r : results) {
+    CAPTURE(r.feedback);
+    REQUIRE(r.verdict == Verdict::correct);
+    CHECK_FALSE(r.suspicious);
+    ran += r.details.count("cpu_check_jobs") && !r.details.count("cpu_check_cached");
+    read += static_cast<int>(r.details.count("cpu_check_cached"));
+  }
+  CAPTURE(ran);
+  CAPTURE(read);
+  // A few-us kernel: its 23 timed runs are too few for the bound, so a check ran (on a loaded
+  // machine a timing job can be long enough to bound itself: then that grading needs none).
+  REQUIRE(ran + read >= 1);
+  CHECK(rig.forgery->most_big_in_flight.load() == 1);  // never two check (or no-op) jobs of one code at once
+  CHECK(ran + read <= 2);
 }
 
 TEST_CASE("env cpu bound: a CPU-time check job that makes fewer runs than it was asked for fails") {

@@ -11,6 +11,7 @@
 // timed by its CPU time instead (divided by the threads it may use) and flagged.
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cmath>
 #include <mutex>
 #include <shared_mutex>
@@ -181,16 +182,37 @@ std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJ
   bool cached = false;
   int checks = 0;
   double check_s = 0;
+  // This evaluation's check marked as running (Verifier::cpu_checks_running_) until it leaves,
+  // on every path; the evaluations waiting for it are woken then.
+  auto done = [this](const std::string* key) {
+    {
+      std::lock_guard<std::mutex> lock(v_.cpu_checks_mutex_);
+      v_.cpu_checks_running_.erase(*key);
+    }
+    v_.cpu_checks_done_.notify_all();
+  };
+  std::unique_ptr<const std::string, decltype(done)> running(nullptr, done);
   if (short_job || cpu_over(use, reported)) {
-    std::lock_guard<std::mutex> lock(v_.cpu_checks_mutex_);
-    // A kept measurement serves only while it has the runs to resolve this reported time (its
-    // slack a run, kCpuBoundSlackMs / runs, at most half of it; a check is sized for a quarter,
-    // so the same code reporting up to 2x faster by noise keeps it): a check sized for an honest
-    // 0.06 ms a call has ~130 runs, 0.015 ms of slack a run, and passed a later grading of the
-    // same code that forged 0.011 ms. Else a check job sized for this time runs.
-    if (auto it = v_.cpu_checks_.find(check_key_); it != v_.cpu_checks_.end() &&
-                                                   (it->second.runs * reported >= kResolveMs / 2 || it->second.runs >= n_resolve))
-      use = it->second, cached = true;
+    std::unique_lock<std::mutex> lock(v_.cpu_checks_mutex_);
+    for (;;) {
+      // A kept measurement serves only while it has the runs to resolve this reported time (its
+      // slack a run, kCpuBoundSlackMs / runs, at most half of it; a check is sized for a quarter,
+      // so the same code reporting up to 2x faster by noise keeps it): a check sized for an honest
+      // 0.06 ms a call has ~130 runs, 0.015 ms of slack a run, and passed a later grading of the
+      // same code that forged 0.011 ms. Else a check job sized for this time runs.
+      if (auto it = v_.cpu_checks_.find(check_key_); it != v_.cpu_checks_.end() &&
+                                                     (it->second.runs * reported >= kResolveMs / 2 || it->second.runs >= n_resolve)) {
+        use = it->second, cached = true;
+        break;
+      }
+      // The same code's check running in another evaluation: its result, once kept, serves here
+      // (or, if it keeps none, this evaluation runs its own).
+      if (v_.cpu_checks_running_.insert(check_key_).second) {
+        running.reset(&check_key_);
+        break;
+      }
+      v_.cpu_checks_done_.wait(lock);
+    }
   }
   if (cached) {
     ok_.details["cpu_check_cached"] = "1";

@@ -2,10 +2,12 @@
 // The verifier: turns a model's answer for a task into a verdict, feedback and timings, following
 // every rule of DESIGN.md section 3 (see docs/env.md "Verifier" for the exact procedure).
 #include <cstddef>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <string_view>
 
@@ -94,6 +96,11 @@ class Verifier {
   VerifierOptions options_;
   std::mutex cpu_checks_mutex_;
   std::unordered_map<std::string, CpuUse> cpu_checks_;  ///< by code, plan, task and threads
+  /// Keys whose CPU-time check an evaluation is running now: another evaluation of the same code
+  /// (a group's repeated samples, graded side by side) waits on cpu_checks_done_ and reads the
+  /// kept result rather than running the same check again.
+  std::unordered_set<std::string> cpu_checks_running_;
+  std::condition_variable cpu_checks_done_;
   std::unique_ptr<ReferenceCache> reference_cache_;
   DeviceLock device_lock_;  // timing windows exclusive, correctness runs shared (env/device_lock.hpp)
 };
