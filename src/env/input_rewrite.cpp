@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/hash.hpp"
+#include "util/vector_clones.hpp"
 
 namespace leap::env {
 
@@ -95,12 +96,6 @@ float f16_of(uint16_t u) {
 // One clone per vector width (the loops are integer multiplies and exact compares, so every clone
 // gives the same bits): an element of float32 took 0.39 ns in the baseline clone, 0.20 ns with AVX2
 // and 0.14 ns with AVX-512 here (2026-12-07); worker and verifier run it on every run's inputs.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define LEAP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define LEAP_VECTOR_CLONES
-#endif
-
 LEAP_VECTOR_CLONES void perturb_elements(uint64_t seed, int run, int position, DType dtype, void* data, size_t numel,
                                          const UniformBounds* bounds) {
   const uint64_t base = util::mix_seed(util::mix_seed(seed ^ 0x5045525455524245ull, static_cast<uint64_t>(run)),
