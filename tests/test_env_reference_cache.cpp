@@ -138,6 +138,8 @@ TEST_CASE("env compare: the one-pass check of a passing output agrees with the t
     if (trial % 13 == 0) ref[(trial + 1) % n] = INFINITY, got[(trial + 1) % n] = INFINITY;
     if (trial % 19 == 0) ref[(trial + 2) % n] = -INFINITY, got[(trial + 2) % n] = -INFINITY;
     if (trial % 23 == 0) got[(trial * 7) % n] = -ref[(trial * 7) % n].item<double>() - 1;  // one wrong element, anywhere
+    if (trial % 29 == 0) ref[(trial + 3) % n] = 0.0, got[(trial + 3) % n] = -0.0;           // signed zeros match
+    if (trial % 31 == 0) ref[(trial + 4) % n] = NAN, got[(trial + 4) % n] = -NAN;           // a NaN of either sign
     if (trial % 17 == 0) got[trial % n] = NAN;                                   // a NaN where a number is due
     const double declared = trial % 3 == 0 ? 0.0 : 2.0;
     const Comparison fast = compare_output(got, ref, 1e-4, 1e-4, declared);
