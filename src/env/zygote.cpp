@@ -55,10 +55,11 @@ bool send_packet(int sock, const std::string& body, const std::vector<int>& fds)
 bool recv_packet(int sock, std::string& body, std::vector<int>& fds, int timeout_ms) {
   if (timeout_ms >= 0 && wait_readable(sock, true, Clock::now() + std::chrono::milliseconds(timeout_ms)) != Readable::yes)
     return false;
-  // Received into a buffer kept per thread and never zero-filled: a 1-MiB resize of `body` per
-  // packet zero-filled 256 pages, and in the zygote each of them was copied on write once a
-  // worker forked from it shared them (9% of the zygote's page faults, 2026-12-07).
-  thread_local std::unique_ptr<char[]> buffer(new char[kMaxPacket]);
+  // Received into a buffer that is never zero-filled (only the packet's own pages are touched):
+  // a 1-MiB resize of `body` per packet zero-filled 256 pages, and in the zygote each of them was
+  // copied on write once a worker forked from it shared them (9% of the zygote's page faults,
+  // 2026-12-07).
+  std::unique_ptr<char[]> buffer(new char[kMaxPacket]);
   fds.clear();
   const ssize_t r = recv_with_fds(sock, buffer.get(), kMaxPacket, &fds, kMaxFds);
   if (r <= 0) return false;
