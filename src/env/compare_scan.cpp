@@ -66,8 +66,7 @@ inline uint64_t bits(double x) {
 }
 
 template <class T>
-inline bool tolerance_scan(const T* got, const T* ref, size_t n, double atol_eff, double rtol, double* max_err,
-                           int64_t* max_index) {
+inline bool tolerance_scan(const T* got, const T* ref, size_t n, double atol_eff, double rtol, int64_t* max_index) {
   // Each block's verdict and largest error in one flat loop; the first block holding the largest
   // error is scanned again for its first index (a plain loop's argmax).
   uint64_t best = 0;
@@ -86,14 +85,12 @@ inline bool tolerance_scan(const T* got, const T* ref, size_t n, double atol_eff
     if (m > best || start == 0) best = m, best_block = start;
   }
   *max_index = -1;
-  *max_err = 0;
   const size_t end = best_block + kBlock < n ? best_block + kBlock : n;
   for (size_t k = best_block; k < end; ++k) {
     double e;
     element_ok(got[k], ref[k], atol_eff, rtol, &e);
     if (bits(e) == best) {
       *max_index = static_cast<int64_t>(k);
-      *max_err = e;
       break;
     }
   }
@@ -102,13 +99,11 @@ inline bool tolerance_scan(const T* got, const T* ref, size_t n, double atol_eff
 
 LEAP_VECTOR_CLONES double sum_squares_f32(const float* ref, size_t n, int64_t* c) { return sum_squares(ref, n, c); }
 LEAP_VECTOR_CLONES double sum_squares_f64(const double* ref, size_t n, int64_t* c) { return sum_squares(ref, n, c); }
-LEAP_VECTOR_CLONES bool scan_f32(const float* got, const float* ref, size_t n, double atol_eff, double rtol, double* e,
-                                 int64_t* i) {
-  return tolerance_scan(got, ref, n, atol_eff, rtol, e, i);
+LEAP_VECTOR_CLONES bool scan_f32(const float* got, const float* ref, size_t n, double atol_eff, double rtol, int64_t* i) {
+  return tolerance_scan(got, ref, n, atol_eff, rtol, i);
 }
-LEAP_VECTOR_CLONES bool scan_f64(const double* got, const double* ref, size_t n, double atol_eff, double rtol, double* e,
-                                 int64_t* i) {
-  return tolerance_scan(got, ref, n, atol_eff, rtol, e, i);
+LEAP_VECTOR_CLONES bool scan_f64(const double* got, const double* ref, size_t n, double atol_eff, double rtol, int64_t* i) {
+  return tolerance_scan(got, ref, n, atol_eff, rtol, i);
 }
 
 }  // namespace
@@ -116,13 +111,11 @@ LEAP_VECTOR_CLONES bool scan_f64(const double* got, const double* ref, size_t n,
 double finite_sum_squares(const float* ref, size_t n, int64_t* finite) { return sum_squares_f32(ref, n, finite); }
 double finite_sum_squares(const double* ref, size_t n, int64_t* finite) { return sum_squares_f64(ref, n, finite); }
 
-bool within_tolerance(const float* got, const float* ref, size_t n, double atol_eff, double rtol, double* max_abs_error,
-                      int64_t* max_index) {
-  return scan_f32(got, ref, n, atol_eff, rtol, max_abs_error, max_index);
+bool within_tolerance(const float* got, const float* ref, size_t n, double atol_eff, double rtol, int64_t* max_index) {
+  return scan_f32(got, ref, n, atol_eff, rtol, max_index);
 }
-bool within_tolerance(const double* got, const double* ref, size_t n, double atol_eff, double rtol,
-                      double* max_abs_error, int64_t* max_index) {
-  return scan_f64(got, ref, n, atol_eff, rtol, max_abs_error, max_index);
+bool within_tolerance(const double* got, const double* ref, size_t n, double atol_eff, double rtol, int64_t* max_index) {
+  return scan_f64(got, ref, n, atol_eff, rtol, max_index);
 }
 
 }  // namespace leap::env

@@ -14,12 +14,10 @@ double finite_sum_squares(const double* ref, size_t n, int64_t* finite);
 
 /// True when every element k of `got` passes against `ref` (`n` elements each): a finite ref_k
 /// when |got_k - ref_k| <= atol_eff + rtol * |ref_k| (in double), a NaN ref_k when got_k is NaN,
-/// an infinite ref_k when got_k equals it. When true, `*max_abs_error` is the largest finite
-/// |got_k - ref_k| (0 when none) and `*max_index` the first index where it occurs (-1 when n is
-/// 0); when false they are unspecified (the tensor path describes the failure).
-bool within_tolerance(const float* got, const float* ref, size_t n, double atol_eff, double rtol, double* max_abs_error,
-                      int64_t* max_index);
-bool within_tolerance(const double* got, const double* ref, size_t n, double atol_eff, double rtol,
-                      double* max_abs_error, int64_t* max_index);
+/// an infinite ref_k when got_k equals it. When true, `*max_index` is the first index of the
+/// largest finite |got_k - ref_k| (a matched non-finite pair counts 0; -1 when n is 0); when
+/// false it is unspecified (the tensor path describes the failure).
+bool within_tolerance(const float* got, const float* ref, size_t n, double atol_eff, double rtol, int64_t* max_index);
+bool within_tolerance(const double* got, const double* ref, size_t n, double atol_eff, double rtol, int64_t* max_index);
 
 }  // namespace leap::env
