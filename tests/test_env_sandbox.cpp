@@ -19,6 +19,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <thread>
 #include <string>
 
 #include "env/binding.hpp"
@@ -181,6 +182,35 @@ TEST_CASE("env sandbox: the report names every protection and leap version print
   CHECK(exe_of(Zygote::shared().pid()) == "leap-worker");
   CHECK(exe_of(Zygote::for_backend("cpu").pid()) == "leap-worker");
   CHECK(exe_of(Zygote::with_libtorch().pid()) == "leap");
+}
+
+TEST_CASE("env sandbox: the zygote forgets every worker a pool retired, though the pool never waits for it") {
+  // A retired worker is killed here and released to the zygote without a reply (Zygote::release:
+  // one "forget" packet, sent now or by the next request). None may stay on the zygote's record.
+  leap::test::TempDir dir;
+  Zygote& z = Zygote::shared();
+  const size_t before = z.tracked();
+  auto backend = make_backend(dir);
+  TaskInterface task = probe_task();
+  LaunchPlan plan = parse_launch_plan(kPlan, task, backend->plan_options());
+  CompileOutcome c = backend->compile(probe_code("", ""), plan);
+  REQUIRE_MESSAGE(c.ok, c.log);
+  BoundPlan bound = bind_plan(plan, task, backend->limits());
+  {
+    PoolOptions po = pool_options(SandboxMode::auto_);
+    po.workers = 2;
+    WorkerPool pool(backend, po);
+    // Two threads at once, so releases also come while the other's request holds the zygote.
+    auto jobs = [&] {
+      SharedBuffers buf(bound.tensors);
+      for (int k = 0; k < 6; ++k) CHECK(pool.run(c.artifact, bound, buf).ok());
+    };
+    std::thread other(jobs);
+    jobs();
+    other.join();
+    CHECK(z.tracked() >= before + 1);  // (the pool's ready workers, not retired yet)
+  }
+  CHECK(z.tracked() == before);
 }
 
 TEST_CASE("env sandbox: a candidate's writes outside its scratch folder do not happen") {

@@ -434,6 +434,16 @@ int zygote_main(int argc, char** argv) {
         g_children.erase(pid);
         g_reaped.erase(pid);
         reply = json::object();
+      } else if (op == "tracked") {  // (tests) children whose status is still kept for a wait
+        reply = {{"tracked", g_children.size() + g_reaped.size()}};
+      } else if (op == "forget") {  // release of several, sent without waiting: no reply
+        for (const auto& p : req.at("pids")) {
+          g_children.erase(p.get<pid_t>());
+          g_reaped.erase(p.get<pid_t>());
+        }
+        for (int fd : fds) close(fd);
+        reap_strays();
+        continue;
       }
       else
         reply = {{"error", "unknown op '" + op + "'"}};
@@ -576,13 +586,26 @@ void Zygote::start_locked() {
   report_ = report_from_json(json::parse(body).at("hello").get<std::string>());
 }
 
+void Zygote::flush_released_locked() {
+  std::vector<pid_t> pids;
+  {
+    std::lock_guard<std::mutex> lock(released_mutex_);
+    pids.swap(released_);
+  }
+  if (pids.empty() || ctl_ < 0) return;  // (no zygote: its children died with it)
+  if (!send_packet(ctl_, json{{"op", "forget"}, {"pids", pids}}.dump(), {})) stop_locked();
+}
+
 std::string Zygote::request_locked(const std::string& body, const std::vector<int>& fds) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (ctl_ < 0) start_locked();
+    flush_released_locked();
+    if (ctl_ < 0) continue;
     std::string reply;
     std::vector<int> got;
     if (send_packet(ctl_, body, fds) && recv_packet(ctl_, reply, got, 120000)) {
       for (int fd : got) close(fd);
+      flush_released_locked();  // what was released while this request waited
       return reply;
     }
     // The zygote died or hangs: start a fresh one once (its old children die with it).
@@ -620,7 +643,20 @@ pid_t Zygote::spawn_worker(const std::string& spec_json, int socket_fd, int stat
   return pid_of(request(json{{"op", "worker"}, {"spec", spec_json}}.dump(), {socket_fd, status_fd}), "a worker");
 }
 
-void Zygote::release(pid_t pid) { request(json{{"op", "release"}, {"pid", pid}}.dump(), {}); }
+void Zygote::release(pid_t pid) {
+  {
+    std::lock_guard<std::mutex> lock(released_mutex_);
+    released_.push_back(pid);
+  }
+  // Sent now when no other request is under way; else by that request when it ends (the caller
+  // never waits for the zygote, which may be starting a worker).
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (lock.owns_lock()) flush_released_locked();
+}
+
+size_t Zygote::tracked() {
+  return json::parse(request(json{{"op", "tracked"}}.dump(), {})).at("tracked").get<size_t>();
+}
 
 int Zygote::wait(pid_t pid, long* maxrss_kb) {
   json j = json::parse(request(json{{"op", "wait"}, {"pid", pid}}.dump(), {}));

@@ -72,8 +72,13 @@ class Zygote {
   int wait(pid_t pid, long* maxrss_kb = nullptr);
 
   /// Forgets child `pid` (which the caller killed and whose status it does not need): the zygote
-  /// reaps it in the background. Throws leap::Error.
+  /// reaps it in the background. Never waits for the zygote: the pid is sent at once when no
+  /// other request is under way, else when that request ends (one "forget" packet, no reply).
   void release(pid_t pid);
+
+  /// How many children the zygote keeps a record of for a later wait (started and neither waited
+  /// for nor released, and statuses not yet collected); tests. Throws leap::Error.
+  size_t tracked();
 
   /// The zygote's own pid (tests).
   pid_t pid();
@@ -85,11 +90,14 @@ class Zygote {
   void start_locked();
   std::string request_locked(const std::string& body, const std::vector<int>& fds);
   std::string request(const std::string& body, const std::vector<int>& fds);
+  void flush_released_locked();  ///< sends the released pids, if any (mutex_ held)
 
   std::mutex mutex_;
   int ctl_ = -1;
   pid_t pid_ = -1;
   SandboxReport report_;
+  std::mutex released_mutex_;     ///< guards released_ (taken without mutex_)
+  std::vector<pid_t> released_;   ///< released children not yet sent to the zygote
 };
 
 /// True when argv asks for the zygote (argv[1] == "__leap_zygote").
