@@ -1,8 +1,9 @@
-// Step 4 of an evaluation: correctness on several seeds, candidate first, then the reference;
+// Step 4 of an evaluation: correctness on several seeds, the candidate's job and the reference at once;
 // and the output / input check every later timed run is held to as well (env/evaluation.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <shared_mutex>
@@ -181,6 +182,15 @@ std::optional<EvalResult> Evaluation::check_seeds(int first, int count) {
       req.snapshots.push_back(std::move(snap));
     }
   }
+  // The reference's outputs on the seeds (kept in the cache for the other answers to this task)
+  // are computed while the candidate's job runs in its worker.
+  std::future<std::vector<std::vector<torch::Tensor>>> reference_outputs =
+      std::async(std::launch::async, [&] {
+        std::vector<std::vector<torch::Tensor>> out;
+        for (const Seed& sd : seeds)
+          out.push_back(v_.reference_cache_->outputs(sd.key, sd.entry, [&](const auto& in) { return reference(in); }));
+        return out;
+      });
   const RunOutcome run = retry_once_on_infra(
       [&](int attempt) {
         if (attempt) fill();  // once more, from the seeds' inputs and poisoned outputs again
@@ -188,6 +198,7 @@ std::optional<EvalResult> Evaluation::check_seeds(int first, int count) {
         return v_.pool_->run(comp_.artifact, plan, buf, req);
       },
       infra_retries_);
+  const std::vector<std::vector<torch::Tensor>> seed_refs = reference_outputs.get();
   const int made = count > 1 ? run.runs_counted : (run.ok() ? 1 : 0);
   for (int k = 0; k < count; ++k) {
     const Seed& sd = seeds[static_cast<size_t>(k)];
@@ -197,8 +208,7 @@ std::optional<EvalResult> Evaluation::check_seeds(int first, int count) {
       return fail(Verdict::runtime_error, "internal: the correctness job made " + std::to_string(made) + " of " +
                                               std::to_string(count) + " runs [" + sd.when + "]");
     }
-    const std::vector<torch::Tensor> refs =
-        v_.reference_cache_->outputs(sd.key, sd.entry, [&](const auto& in) { return reference(in); });
+    const std::vector<torch::Tensor>& refs = seed_refs[static_cast<size_t>(k)];
     if (first + k == 0)
       for (size_t j = 0; j < n_out_; ++j) declared_rms_[j] = finite_rms(refs[j]);
     std::optional<EvalResult> bad;

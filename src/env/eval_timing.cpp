@@ -1,5 +1,6 @@
 // Step 5 of an evaluation: timing (env/evaluation.hpp; docs/env.md "Timing").
 #include <algorithm>
+#include <future>
 #include <mutex>
 
 #include "env/evaluation.hpp"
@@ -13,8 +14,10 @@ namespace leap::env {
 // reference that cannot be timed on its device, is an infrastructure error (after the candidate's
 // own checks: a wrong timed call is still the answer's verdict).
 std::optional<EvalResult> Evaluation::measure(bool strict, Timed& cand, Timed& ref) {
+  // The timing job is prepared (outside the window) while the no-op's job runs in its worker.
+  std::future<TimingJob> prepared = std::async(std::launch::async, [&] { return prepare_job(strict); });
   const RunOutcome base = run_baseline(strict);
-  TimingJob job = prepare_job(strict);  // outside the window
+  TimingJob job = prepared.get();
   std::optional<std::string> reference_error;
   {
     std::lock_guard<DeviceLock> window(v_.device_lock_);

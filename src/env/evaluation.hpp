@@ -129,7 +129,8 @@ class Evaluation {
   std::optional<EvalResult> bind();
 
   // -- Step 4 (eval_correctness.cpp).
-  /// 4. The candidate then the reference on `seeds` fresh input sets, outputs and inputs checked.
+  /// 4. The candidate (in its worker) and the reference (here, at the same time) on `seeds` fresh
+  /// input sets, outputs and inputs checked.
   std::optional<EvalResult> check_correctness();
   /// The result of an answer correct on every seed, before timing (`ok_` starts from it).
   EvalResult correct_untimed() const;

@@ -31,7 +31,7 @@ EvalResult Verifier::evaluate(const RuntimeTask& task, std::string_view answer) 
   if (auto bad = e.compile()) return *bad;
   // 3. Bind the plan to this task's sizes.
   if (auto bad = e.bind()) return *bad;
-  // 4. Correctness on several seeds: candidate first, then the reference.
+  // 4. Correctness on several seeds: the candidate in its worker while the reference runs here.
   if (auto bad = e.check_correctness()) return *bad;
   if (!options_.timing) return e.correct_untimed();
   // 5. Timing: candidate and reference in one device window, the timed runs' outputs checked,

@@ -59,8 +59,9 @@ struct VerifierOptions {
 };
 
 /// One environment evaluation path: extract -> parse -> compile -> bind -> correctness on several
-/// seeds (candidate first, reference second) -> timing. Thread-safe: concurrent evaluate() calls
-/// share the backend (compile cache) and the worker pool; reference calls are serialised. The
+/// seeds (the candidate in a worker, the reference here at the same time) -> timing. Thread-safe:
+/// concurrent evaluate() calls share the backend (compile cache), the worker pool and the
+/// reference cache; the reference runs on any grading thread. The
 /// device (the GPU, or the CPU on the cpu backend) is held exclusively while anything is timed:
 /// the candidate's timing job and the reference's run back to back in one window, while
 /// correctness runs of other threads share it (DeviceLock).
