@@ -36,12 +36,21 @@ std::optional<EvalResult> Evaluation::measure(bool strict, Timed& cand, Timed& r
   }
   if (job.run.verdict == Verdict::infra_error)
     return infra(job.run.message + " (twice) [during the timing runs, after passing the correctness checks]");
-  if (auto bad = verify_job(job, cand)) return bad;
+  // The timed runs are checked here while the CPU-time check jobs (if any) run in their workers;
+  // a wrong timed call is the verdict, before anything the checks found.
+  std::future<std::optional<EvalResult>> verified =
+      std::async(std::launch::async, [&] { return verify_job(job, cand); });
+  const double reported = job.run.times_ms.empty() ? 0 : median(job.run.times_ms);
+  CpuUse use;
+  std::optional<EvalResult> check_failed;
+  if (job.run.ok() && !job.run.times_ms.empty() && !reference_error) {
+    use = cpu_use_of(base, job.run);
+    check_failed = resolve_cpu_use(strict, job, reported, ref.ms, use);
+  }
+  if (auto bad = verified.get()) return bad;
   if (reference_error) return infra(*reference_error);
+  if (check_failed) return check_failed;
   if (!strict) cand_launch_ms_ = job.run.launch_ms;
-  const double reported = median(job.run.times_ms);
-  CpuUse use = cpu_use_of(base, job.run);
-  if (auto bad = resolve_cpu_use(strict, job, reported, ref.ms, use)) return bad;
   apply_cpu_bound(use, reported, cand.ms);
   return std::nullopt;
 }
