@@ -28,7 +28,9 @@ class Grader {
 };
 
 /// A Grader over the real environment: `threads` concurrent Verifier::evaluate calls (compile in
-/// parallel; workers run the code). The verifier must outlive it.
+/// parallel; workers run the code), taking the requests in order except that an identical answer
+/// to the same task is not taken while another copy is graded and other requests wait
+/// (rl/grade_queue.hpp). Results in request order. The verifier must outlive it.
 class VerifierGrader : public Grader {
  public:
   VerifierGrader(env::Verifier& verifier, int threads);
