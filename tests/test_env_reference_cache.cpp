@@ -124,6 +124,44 @@ TEST_CASE("env reference cache: a group's answers share one reference run per se
   CHECK(s2.input_misses == s1.input_misses);
 }
 
+TEST_CASE("env compare: a float64 reference far beyond float's range keeps a tolerance of its own scale") {
+  // Elements of 1e200: their squares overflow double, and the rms (hence the absolute
+  // tolerance) was infinite, so any finite output passed. Elements of 1e-200: their squares
+  // underflow to 0. The rms is checked against long double (whose exponent reaches 1e4932).
+  torch::manual_seed(5);
+  for (const double scale : {1e200, 1e-200, 1e150, 1.0}) {
+    CAPTURE(scale);
+    torch::Tensor ref = torch::randn({3001}, torch::kDouble) * scale;
+    ref[7] = INFINITY;
+    ref[9] = NAN;
+    long double sum_sq = 0;
+    int64_t finite = 0;
+    const double* r = ref.data_ptr<double>();
+    for (int64_t k = 0; k < ref.numel(); ++k)
+      if (std::isfinite(r[k])) sum_sq += static_cast<long double>(r[k]) * r[k], ++finite;
+    const double expected_rms = static_cast<double>(std::sqrt(sum_sq / finite));
+    auto near = [&](double rms) { return std::fabs(rms - expected_rms) <= 1e-12 * expected_rms; };  // (relative)
+    CHECK(near(finite_rms(ref)));
+    for (const bool tensors : {false, true}) {
+      CAPTURE(tensors);
+      auto cmp = [&](const torch::Tensor& got) {
+        return tensors ? compare_output_tensors(got, ref, 1e-4, 1e-4) : compare_output(got, ref, 1e-4, 1e-4);
+      };
+      const Comparison same = cmp(ref.clone());
+      CHECK(same.ok);
+      CHECK(near(same.ref_rms));
+      CHECK(std::isfinite(same.atol_eff));
+      CHECK(cmp(ref * (1 + 1e-7)).ok);  // rounding-sized errors pass
+      torch::Tensor off = ref.clone();
+      off[100] = off[100].item<double>() * 1.5 + scale;  // one element wrong by its own size
+      const Comparison wrong = cmp(off);
+      CHECK_FALSE(wrong.ok);
+      CHECK(wrong.first_bad == 100);
+      CHECK_FALSE(cmp(torch::zeros_like(ref)).ok);  // nor may zeros pass
+    }
+  }
+}
+
 TEST_CASE("env compare: the one-pass check of a passing output agrees with the tensor-op oracle") {
   torch::manual_seed(3);
   int passed = 0, failed = 0;

@@ -2,6 +2,7 @@
 
 #include "env/compare_scan.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <optional>
@@ -476,10 +477,49 @@ std::string index_text(int64_t flat, const std::vector<int64_t>& shape) {
   return shape_text(idx);
 }
 
+namespace {
+
+/// A mean of squares whose square root is exact enough as it is: outside this range the squares
+/// left double's range (a float64 output with elements above ~1e145, or all below ~1e-145).
+bool mean_square_in_range(double mean_sq) { return mean_sq > 1e-290 && mean_sq < 1e290; }
+
+/// The rms of `f` (double, finite elements only), computed on f / max|f| when the plain mean of
+/// squares leaves double's range: elements of 1e200 had an infinite rms, hence an infinite
+/// absolute tolerance, and any finite output passed.
+double rms_of_finite(const torch::Tensor& f) {
+  if (!f.numel()) return 0.0;
+  const double mean_sq = f.square().mean().item<double>();
+  if (mean_square_in_range(mean_sq)) return std::sqrt(mean_sq);
+  const double m = f.abs().max().item<double>();
+  return m > 0 ? m * std::sqrt((f / m).square().mean().item<double>()) : 0.0;
+}
+
+/// rms_of_finite over a float or double array (non-finite elements skipped), for the one-pass
+/// check: `sum_sq` and `finite` are its scan's sum of squares and count.
+template <class T>
+double rms_of_finite(const T* ref, size_t n, double sum_sq, int64_t finite) {
+  if (!finite) return 0.0;
+  const double mean_sq = sum_sq / static_cast<double>(finite);
+  if (mean_square_in_range(mean_sq)) return std::sqrt(mean_sq);
+  double m = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const double r = std::fabs(static_cast<double>(ref[k]));
+    if (std::isfinite(r)) m = std::max(m, r);
+  }
+  if (!(m > 0)) return 0.0;
+  double scaled = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const double r = static_cast<double>(ref[k]);
+    if (std::isfinite(r)) scaled += (r / m) * (r / m);
+  }
+  return m * std::sqrt(scaled / static_cast<double>(finite));
+}
+
+}  // namespace
+
 double finite_rms(const torch::Tensor& t_in) {
   torch::Tensor t = t_in.reshape({-1}).to(torch::kDouble);
-  torch::Tensor f = t.masked_select(torch::isfinite(t));
-  return f.numel() ? std::sqrt(f.square().mean().item<double>()) : 0.0;
+  return rms_of_finite(t.masked_select(torch::isfinite(t)));
 }
 
 namespace {
@@ -505,7 +545,7 @@ std::optional<Comparison> compare_passing(const T* got, const T* ref, int64_t n,
   c.numel = n;
   int64_t finite = 0;
   const double sum_sq = finite_sum_squares(ref, static_cast<size_t>(n), &finite);
-  c.ref_rms = finite ? std::sqrt(sum_sq / static_cast<double>(finite)) : 0.0;
+  c.ref_rms = rms_of_finite(ref, static_cast<size_t>(n), sum_sq, finite);
   c.atol_eff = effective_atol(atol, declared_rms, c.ref_rms);
   int64_t max_index = -1;
   if (!within_tolerance(got, ref, static_cast<size_t>(n), c.atol_eff, rtol, &max_index)) return std::nullopt;
@@ -547,8 +587,7 @@ Comparison compare_output_tensors(const torch::Tensor& got_in, const torch::Tens
     c.atol_eff = 0;
   } else {
     torch::Tensor finite = torch::isfinite(ref);
-    torch::Tensor fr = ref.masked_select(finite);
-    c.ref_rms = fr.numel() ? std::sqrt(fr.square().mean().item<double>()) : 0.0;
+    c.ref_rms = rms_of_finite(ref.masked_select(finite));
     c.atol_eff = effective_atol(atol, declared_rms, c.ref_rms);
     torch::Tensor ok_finite = diff.le(c.atol_eff + rtol * ref.abs());  // false for NaN in got
     torch::Tensor ok_nonfinite = torch::where(torch::isnan(ref), torch::isnan(got), got.eq(ref));

@@ -102,7 +102,8 @@ inline constexpr double kAtolRmsFraction = 0.1;
 /// Compares `got` with `ref` (same shape): integers and bools exactly; a floating element k passes
 /// when |got_k - ref_k| <= atol_eff + rtol * |ref_k| with
 ///   atol_eff = min(atol * max(1, s) * max(1, rms(ref) / s), 0.1 * rms(ref))
-/// where rms is over the reference's finite elements and s = `declared_rms`, the rms of the same
+/// where rms is over the reference's finite elements (finite_rms: scaled when the squares leave
+/// double's range) and s = `declared_rms`, the rms of the same
 /// output for inputs from the declared distributions (<= 0: unknown, s = rms(ref)). atol counts in
 /// units of the output's own scale when that is above 1 (the rounding error of an fp32 reduction
 /// grows with its magnitude: a [64, 4096] x [4096, 64] product of N(0, 1) values has rms 64), and
@@ -119,7 +120,8 @@ Comparison compare_output(const torch::Tensor& got, const torch::Tensor& ref, do
 Comparison compare_output_tensors(const torch::Tensor& got, const torch::Tensor& ref, double atol, double rtol,
                                   double declared_rms = 0);
 
-/// Root mean square of the finite elements of `t` (0 if none).
+/// Root mean square of the finite elements of `t` (0 if none); computed on the elements scaled
+/// by the largest when their squares leave double's range (float64 elements above ~1e145).
 double finite_rms(const torch::Tensor& t);
 
 /// "[i, j, k]" for flat index `flat` of `shape`.
