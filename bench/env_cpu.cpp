@@ -13,6 +13,9 @@
 //     sandboxed exec-started workers (the default);
 //   seedjob: a fresh worker per correctness seed (VerifierOptions::correctness_seeds_per_job 1)
 //     against the default (the seeds in one job where they fit), each answer graded twice.
+// Each pass lists every answer twice in a row and grades the list as the trainer does
+// (rl::VerifierGrader, one grading thread per worker), which takes a copy of an answer in
+// flight only when nothing else is waiting (rl/grade_queue.hpp).
 // The parent holds PARENT_MB of touched memory (default 2048), as a trainer holds its policy's
 // weights and optimizer state: that is what a fork of the parent copies page tables for.
 //   ninja -C build bench_env_cpu && ./build/bench_env_cpu [tasks/starter] [pairs=5] [parent_mb=2048] [COMPARE]

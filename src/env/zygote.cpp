@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -167,74 +168,25 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-// Reads a pid_t from `fd` (through EINTR); -1 when the writer closed it first.
-pid_t read_pid(int fd) {
-  pid_t pid = -1;
-  ssize_t n;
-  while ((n = read(fd, &pid, sizeof pid)) < 0 && errno == EINTR) {
-  }
-  return n == static_cast<ssize_t>(sizeof pid) ? pid : -1;
-}
-
 // Like fork_child, but the child is the first process (pid 1) of a pid namespace of its own, so
-// no other process is visible to it by pid. A short-lived child of the zygote unshares
-// CLONE_NEWPID, forks that process (whose pid in the zygote's namespace fork returns), writes
-// that pid to the zygote and exits; the process is then the zygote's (a child subreaper), waited
-// for and killed by that pid like any other child. It waits for the zygote's word that the
-// short-lived child is reaped (so the process is the zygote's already) before child_common() asks
-// for SIGKILL at its parent's death: asked earlier, the short-lived child's exit would send it.
+// no other process is visible to it by pid: one clone(CLONE_NEWPID) of the zygote, which is
+// single-threaded, so no lock of the C library is held at the clone. It is the raw system call
+// (glibc's fork takes no flags); the child's C library keeps the zygote's cached thread id, which
+// nothing a worker runs reads (raise() and abort() ask the kernel). (Until 2026-12-07 a short-lived
+// child unshared CLONE_NEWPID and forked the process: two forks and an exit a worker, with the
+// zygote waiting for them, 4.6 workers a cached evaluation.)
 template <class F>
 json fork_child_in_pid_namespace(const char* op, const std::vector<int>& fds, size_t want_fds, F child) {
   if (fds.size() != want_fds) return wrong_fd_count(op, want_fds);
-  int link[2], go[2];  // link: the new process's pid, to the zygote; go: the zygote's word, to it
-  if (pipe2(link, O_CLOEXEC) != 0) return {{"error", std::string("pipe: ") + std::strerror(errno)}};
-  if (pipe2(go, O_CLOEXEC) != 0) {
-    close(link[0]);
-    close(link[1]);
-    return {{"error", std::string("pipe: ") + std::strerror(errno)}};
+  const long pid = syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr, nullptr);
+  if (pid < 0)
+    return {{"error", std::string(op) + ": cannot start a process in a pid namespace of its own: " + std::strerror(errno)}};
+  if (pid == 0) {
+    child_common();
+    child();
+    _exit(1);
   }
-  const pid_t mid = fork();
-  if (mid < 0) {
-    for (int fd : {link[0], link[1], go[0], go[1]}) close(fd);
-    return {{"error", std::string("fork: ") + std::strerror(errno)}};
-  }
-  if (mid == 0) {
-    close(link[0]);
-    close(go[1]);
-    if (unshare(CLONE_NEWPID) != 0) _exit(1);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      close(link[1]);
-      setpgid(0, 0);
-      char byte = 0;
-      ssize_t n;
-      while ((n = read(go[0], &byte, 1)) < 0 && errno == EINTR) {
-      }
-      if (n != 1) _exit(1);  // the zygote is gone
-      close(go[0]);
-      child_common();
-      child();
-      _exit(1);
-    }
-    if (pid > 0) {
-      ssize_t w = write(link[1], &pid, sizeof pid);
-      (void)w;
-    }
-    _exit(pid > 0 ? 0 : 1);
-  }
-  close(link[1]);
-  close(go[0]);
-  const pid_t pid = read_pid(link[0]);
-  close(link[0]);
-  while (waitpid(mid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  if (pid > 0) {
-    ssize_t w = write(go[1], "g", 1);
-    (void)w;
-  }
-  close(go[1]);
-  if (pid <= 0) return {{"error", std::string(op) + ": cannot start a process in a pid namespace of its own"}};
-  return {{"pid", pid}};
+  return {{"pid", static_cast<pid_t>(pid)}};
 }
 
 json serve_worker(const json& req, std::vector<int>& fds, const HostIsolation& host) {
@@ -519,6 +471,12 @@ Zygote& Zygote::for_backend(const std::string& name) { return name == "cpu" ? sh
 void Zygote::stop_locked() {
   if (ctl_ >= 0) close(ctl_);
   ctl_ = -1;
+  {
+    // Its children die with it: pids released but not yet sent are not sent to a new zygote (one
+    // of whose children could have the same pid).
+    std::lock_guard<std::mutex> lock(released_mutex_);
+    released_.clear();
+  }
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     int st;
