@@ -370,6 +370,7 @@ int zygote_main(int argc, char** argv) {
     }
     if (!recv_packet(ctl, body, fds, -1)) return 0;  // the parent is gone
     json reply;
+    bool answer = true;  // every request is answered but "forget", which its sender does not wait for
     try {
       json req = json::parse(body);
       const std::string op = req.at("op").get<std::string>();
@@ -381,23 +382,15 @@ int zygote_main(int argc, char** argv) {
         reply = serve_call(req, fds);
       else if (op == "wait")
         reply = serve_wait(req);
-      else if (op == "release") {  // the caller killed it and needs no status: reap in the background
-        const pid_t pid = req.at("pid").get<pid_t>();
-        g_children.erase(pid);
-        g_reaped.erase(pid);
-        reply = json::object();
-      } else if (op == "tracked") {  // (tests) children whose status is still kept for a wait
+      else if (op == "tracked")  // (tests) children whose status is still kept for a wait
         reply = {{"tracked", g_children.size() + g_reaped.size()}};
-      } else if (op == "forget") {  // release of several, sent without waiting: no reply
+      else if (op == "forget") {  // children the caller killed and needs no status of: reaped in the background
+        answer = false;
         for (const auto& p : req.at("pids")) {
           g_children.erase(p.get<pid_t>());
           g_reaped.erase(p.get<pid_t>());
         }
-        for (int fd : fds) close(fd);
-        reap_strays();
-        continue;
-      }
-      else
+      } else
         reply = {{"error", "unknown op '" + op + "'"}};
     } catch (const std::exception& e) {
       reply = {{"error", std::string("bad request: ") + e.what()}};
@@ -405,7 +398,7 @@ int zygote_main(int argc, char** argv) {
     for (int fd : fds) close(fd);
     if (reply.contains("pid") && !reply.contains("status")) g_children.insert(reply["pid"].get<pid_t>());
     reap_strays();
-    if (!send_packet(ctl, reply.dump(), {})) return 0;
+    if (answer && !send_packet(ctl, reply.dump(), {})) return 0;
   }
 }
 
