@@ -295,6 +295,52 @@ TEST_CASE("env: cpu compile timeout is a compile_error that says so") {
   CHECK(later.compiler_runs() == 1);
 }
 
+TEST_CASE("env: the compiler's version is asked once per process and compiler binary, not per backend") {
+  // `--version` is a fork of the parent (a trainer's gigabytes of page tables): bench/env_cpu's
+  // passes, each a new backend, spent ~100 ms apiece on it.
+  TempDir dir;
+  const fs::path cc = dir.path / "bin" / "versioncc";
+  const fs::path log = dir.path / "version.log";
+  fs::create_directories(cc.parent_path());
+  auto write_compiler = [&](const std::string& version) {
+    std::ofstream(cc) << "#!/bin/sh\nif [ \"$1\" = --version ]; then echo asked >> '" << log.string()
+                      << "'; echo '" << version << "'; exit 0; fi\nexec g++ \"$@\"\n";
+    fs::permissions(cc, fs::perms::owner_all);
+  };
+  auto asked = [&] {
+    std::ifstream in(log);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line == "asked";
+    return n;
+  };
+  write_compiler("versioncc 1.0");
+  CpuBackendOptions o;
+  o.cache_dir = (dir.path / "cache").string();
+  o.compiler = cc.string();
+  o.sandbox = SandboxMode::off;  // the script lives in a temporary folder
+  auto task = vadd_task(4);
+  std::string first_key;
+  for (int k = 0; k < 3; ++k) {  // three backends, as three passes or three `leap eval` runs of one process
+    CpuBackend backend(o);
+    auto plan = parse_launch_plan(kVaddPlan, task, backend.plan_options());
+    const CompileOutcome r = backend.compile(kVaddCode, plan);
+    REQUIRE_MESSAGE(r.ok, r.log);
+    if (k == 0) first_key = r.artifact.key;
+    CHECK(r.artifact.key == first_key);
+  }
+  CHECK(asked() == 1);
+  // Another compiler under the same name (an upgrade): asked again, and its modules are its own.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  write_compiler("versioncc 2.0");
+  CpuBackend upgraded(o);
+  auto plan = parse_launch_plan(kVaddPlan, task, upgraded.plan_options());
+  const CompileOutcome r = upgraded.compile(kVaddCode, plan);
+  REQUIRE_MESSAGE(r.ok, r.log);
+  CHECK(asked() == 2);
+  CHECK(r.artifact.key != first_key);
+  CHECK_FALSE(r.artifact.from_cache);
+}
+
 TEST_CASE("env: worker runs a vector-add kernel and the parent sees the outputs") {
   TempDir dir;
   auto backend = make_backend(dir);
