@@ -1,5 +1,7 @@
 #pragma once
 // Host memory for a solution's tensors, shared between the parent and a worker process.
+#include <sys/types.h>
+
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -23,6 +25,13 @@ struct BufferLayout {
 
 /// A memfd-backed mapping holding every tensor of a BoundPlan; its fd is passed to workers.
 /// Contents start zeroed. Move-only.
+///
+/// The memory is recycled: a destroyed SharedBuffers (up to 64 MiB) is kept by the process, up to
+/// 256 MiB in all, and handed, zeroed again, to a later one of the same size class, but only once
+/// every process it was sent to (sent_to) has exited, all its threads: no code that could still
+/// write into it runs anywhere. A fresh memfd for every job cost the parent a page fault for
+/// each page it wrote and the freeing of them all, and the worker the allocation behind its
+/// populated mapping (bench/env_cpu: the parent's page faults and munmap were 12% of the machine).
 class SharedBuffers {
  public:
   /// Creates the mapping for `tensors` (BoundPlan::tensors). Throws leap::Error on failure.
@@ -48,12 +57,24 @@ class SharedBuffers {
   int fd() const { return fd_; }
   /// The layout a worker needs to map the same memory.
   const BufferLayout& layout() const { return layout_; }
+  /// Notes that process `pid` (a worker) was handed this memory: it is not recycled for another
+  /// SharedBuffers until that process has exited.
+  void sent_to(pid_t pid);
+  /// True when this memory was recycled (zeroed again) rather than freshly created (for tests).
+  bool recycled() const { return recycled_; }
 
  private:
   void release();
   BufferLayout layout_;
   int fd_ = -1;
   std::byte* base_ = nullptr;
+  size_t capacity_ = 0;         ///< bytes of the memfd and of the parent's mapping (>= layout_.total_bytes)
+  std::vector<pid_t> holders_;  ///< processes handed the memfd
+  bool recycled_ = false;
 };
+
+/// Whether every thread of process `pid` has exited (a zombie counts as exited; so does a pid
+/// that no longer exists). False when that cannot be told (no pidfd_open).
+bool process_exited(pid_t pid);
 
 }  // namespace leap::env

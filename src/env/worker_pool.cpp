@@ -669,6 +669,7 @@ void WorkerPool::send_job(size_t slot, std::unique_ptr<Worker>& w, const Artifac
   x.cpu_at_send = process_cpu_ms(w->pid);
   w->current_launch->store(-1);
   memory_flag_of(w->current_launch)->store(0);
+  buffers.sent_to(w->pid);  // not recycled while this worker lives (env/shared_buffers.hpp)
   if (send_frame(w->sock, body, attach)) return;
   retire(*w, true);
   ++replacements_;
@@ -680,6 +681,7 @@ void WorkerPool::send_job(size_t slot, std::unique_ptr<Worker>& w, const Artifac
     throw;
   }
   x.cpu_at_send = process_cpu_ms(w->pid);
+  buffers.sent_to(w->pid);
   if (!send_frame(w->sock, body, attach)) {
     retire(*w, true);
     release_slot(slot, nullptr);
