@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -110,14 +111,27 @@ TEST_CASE("env shared buffers: memory handed to a process is reused only once al
 
 TEST_CASE("env shared buffers: recycled memory starts zeroed, the same size class only") {
   const int64_t numel = (int64_t(5) << 20) / 8;  // the 8-MiB class
+  size_t large_total = 0;
   {
     SharedBuffers a(tensors(numel));
+    large_total = a.layout().total_bytes;
     std::memset(a.data(0), 0x7F, a.bytes(0));
     std::memset(a.data(1), 0x7F, a.bytes(1));
   }
+  {
+    // A smaller job of the class after a larger one: nothing of the larger job's, within its own
+    // mapping or beyond it (the memfd holds both).
+    SharedBuffers c(tensors(numel - 50000));
+    CHECK(c.recycled());
+    CHECK(all_zero(c));
+    const auto* base = static_cast<const unsigned char*>(c.data(0)) - c.layout().offsets[0];
+    REQUIRE(c.layout().total_bytes < large_total);
+    CHECK(std::all_of(base, base + large_total, [](unsigned char x) { return x == 0; }));
+    std::memset(c.data(0), 0x11, c.bytes(0));
+  }
   SharedBuffers small(tensors(numel / 8));  // another class: fresh
   CHECK_FALSE(small.recycled());
-  SharedBuffers b(tensors(numel + 1000));  // the same class, a slightly different layout
+  SharedBuffers b(tensors(numel + 1000));  // the same class, a slightly larger layout
   CHECK(b.recycled());
   CHECK(all_zero(b));
   CHECK(process_exited(getpid()) == false);

@@ -69,6 +69,7 @@ struct KeptBuffer {
   int fd = -1;
   std::byte* base = nullptr;
   size_t capacity = 0;
+  size_t used = 0;             // bytes from the start that any use mapped (the rest was never written)
   std::vector<pid_t> holders;  // those not yet seen to have exited
 };
 
@@ -136,11 +137,15 @@ SharedBuffers::SharedBuffers(const std::vector<BoundTensor>& tensors) {
   for (const auto& t : tensors) sizes.push_back(t.bytes());
   layout_ = BufferLayout::make(sizes);
   capacity_ = class_of(layout_.total_bytes);
+  used_ = layout_.total_bytes;
   if (KeptBuffer k = Recycler::instance().take(capacity_); k.fd >= 0) {
     fd_ = k.fd;
     base_ = k.base;
     recycled_ = true;
-    std::memset(base_, 0, layout_.total_bytes);  // as a fresh memfd: nothing of an earlier job
+    // As a fresh memfd: nothing of an earlier job, within this job's mapping or beyond it (a
+    // larger earlier job of the class; workers map only their job's bytes, but the memfd holds all).
+    used_ = std::max(used_, k.used);
+    std::memset(base_, 0, used_);
     return;
   }
   fd_ = memfd_create("leap-tensors", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -177,6 +182,7 @@ SharedBuffers::SharedBuffers(SharedBuffers&& o) noexcept
       fd_(o.fd_),
       base_(o.base_),
       capacity_(o.capacity_),
+      used_(o.used_),
       holders_(std::move(o.holders_)),
       recycled_(o.recycled_) {
   o.fd_ = -1;
@@ -190,6 +196,7 @@ SharedBuffers& SharedBuffers::operator=(SharedBuffers&& o) noexcept {
     fd_ = o.fd_;
     base_ = o.base_;
     capacity_ = o.capacity_;
+    used_ = o.used_;
     holders_ = std::move(o.holders_);
     recycled_ = o.recycled_;
     o.fd_ = -1;
@@ -203,6 +210,7 @@ void SharedBuffers::release() {
   k.fd = fd_;
   k.base = base_;
   k.capacity = capacity_;
+  k.used = used_;
   k.holders = std::move(holders_);
   base_ = nullptr;
   fd_ = -1;

@@ -69,6 +69,7 @@ class SharedBuffers {
   int fd_ = -1;
   std::byte* base_ = nullptr;
   size_t capacity_ = 0;         ///< bytes of the memfd and of the parent's mapping (>= layout_.total_bytes)
+  size_t used_ = 0;             ///< bytes from the start any use of this memfd mapped (the rest is zero)
   std::vector<pid_t> holders_;  ///< processes handed the memfd
   bool recycled_ = false;
 };
