@@ -60,6 +60,8 @@ class SharedBuffers {
   /// Notes that process `pid` (a worker) was handed this memory: it is not recycled for another
   /// SharedBuffers until that process has exited.
   void sent_to(pid_t pid);
+  /// The processes this memory was sent to (sent_to), in order, none removed (for tests).
+  const std::vector<pid_t>& holders() const { return holders_; }
   /// True when this memory was recycled (zeroed again) rather than freshly created (for tests).
   bool recycled() const { return recycled_; }
 
