@@ -372,6 +372,81 @@ TEST_CASE("env compile: a compiler killed or out of memory is not cached, the co
   CHECK_FALSE(env::compile_failure_is_the_answers(r));
   r.output = "";
   CHECK_FALSE(env::compile_failure_is_the_answers(r));  // no diagnostic: not the code's
+  // The markers count only in the compiler's own lines, not in the answer's text it quotes (a red
+  // team's answers quoting "fork:" were each compiled again and kept in memory).
+  r.output = "solution.cpp: In function 'void f()':\n"
+             "solution.cpp:2:10: error: invalid conversion from 'const char*' to 'int' [-fpermissive]\n"
+             "    2 | int v0 = \"fork: out of memory Killed signal\";\n"
+             "      |          ^~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~\n";
+  CHECK(env::compile_failure_is_the_answers(r));
+  r.output = "solution.cpp:1:10: fatal error: Killed signal: No such file or directory\ncompilation terminated.\n";
+  CHECK(env::compile_failure_is_the_answers(r));  // a missing header's name is the answer's
+  r.output = "solution.cpp:3:1: error: static assertion failed: vfork out of memory\n";
+  CHECK(env::compile_failure_is_the_answers(r));
+  r.output = "/usr/bin/ld: /tmp/ccA.o: in function `relu':\nsolution.cpp:(.text+0x9): undefined reference to `my_vfork'\n"
+             "collect2: error: ld returned 1 exit status\n";
+  CHECK(env::compile_failure_is_the_answers(r));
+  // The compiler's own lines still count: a crash inside the compiler, a killed sub-process.
+  r.output = "solution.cpp:5:1: internal compiler error: Segmentation fault\n";
+  CHECK_FALSE(env::compile_failure_is_the_answers(r));
+  r.output = "solution.cpp:2:10: error: expected ';'\ng++: fatal error: Killed signal terminated program cc1plus\n";
+  CHECK_FALSE(env::compile_failure_is_the_answers(r));
+  r.output = "cc1plus: out of memory allocating 65536 bytes after a total of 1048576 bytes\n";
+  CHECK_FALSE(env::compile_failure_is_the_answers(r));
+}
+
+TEST_CASE("env compile: an honest failure that quotes host words is cached; remembered host failures stay bounded") {
+  test::TempDir dir;
+  env::CpuBackendOptions o;
+  o.cache_dir = (dir.path / "cache").string();
+  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
+  env::TaskInterface task;
+  task.inputs = {{"x", env::DType::float32, {"N"}}};
+  task.outputs = {{"y", env::DType::float32, {"N"}}};
+  task.sizes = {{"N", 16}};
+  const std::string tail = "extern \"C\" void copy(const float* x, float* y, int64_t n) {\n  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
+  {
+    // The real compiler: a wrong answer whose failing line holds "fork:" and "out of memory".
+    env::CpuBackend backend(o);
+    const env::LaunchPlan plan = env::parse_launch_plan("launches:\n  - kernel: copy\n    args: [x, y, N]\n", task, backend.plan_options());
+    const std::string bad = "#include <cstdint>\nint v0 = \"fork: out of memory\";\n" + tail;
+    const env::CompileOutcome first = backend.compile(bad, plan);
+    CAPTURE(first.log);
+    REQUIRE_FALSE(first.ok);
+    CHECK(first.log.find("fork: out of memory") != std::string::npos);  // quoted by the compiler
+    CHECK(backend.host_failures_remembered() == 0);
+    env::CpuBackend fresh(o);
+    const env::CompileOutcome again = fresh.compile(bad, plan);
+    CHECK_FALSE(again.ok);
+    CHECK(again.artifact.from_cache);  // in the compile cache: the answer's own failure
+    CHECK(fresh.compiler_runs() == 0);
+  }
+  // A compiler that fails the host's way with 100 KB of log: each distinct answer remembered with
+  // at most kMaxHostFailureLogBytes of it, and forgotten once expired, at the next one.
+  const fs::path cc = dir.path / "fakecc";
+  {
+    std::ofstream f(cc);
+    f << "#!/bin/sh\ncase \"$1\" in --version) echo fakecc 1; exit 0;; esac\nhead -c 100000 /dev/zero | tr '\\0' 'x' >&2; echo >&2\n"
+         "echo 'g++: fatal error: Killed signal terminated program cc1plus' >&2; exit 1\n";
+  }
+  fs::permissions(cc, fs::perms::owner_all);
+  o.compiler = cc.string();
+  o.sandbox = env::SandboxMode::off;  // the script lives in a temporary folder
+  o.host_failure_memory_s = 0.3;
+  env::CpuBackend backend(o);
+  const env::LaunchPlan plan = env::parse_launch_plan("launches:\n  - kernel: copy\n    args: [x, y, N]\n", task, backend.plan_options());
+  for (int i = 0; i < 3; ++i) {
+    const env::CompileOutcome out = backend.compile("#include <cstdint>\n// answer " + std::to_string(i) + "\n" + tail, plan);
+    CHECK_FALSE(out.ok);
+    CHECK(out.log.size() > 100000);  // the first outcome has the whole log
+  }
+  CHECK(backend.host_failures_remembered() == 3);
+  const env::CompileOutcome served = backend.compile("#include <cstdint>\n// answer 0\n" + tail, plan);
+  CHECK(backend.compiler_runs() == 3);  // served from memory
+  CHECK(served.log.size() <= env::kMaxHostFailureLogBytes + 64);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK_FALSE(backend.compile("#include <cstdint>\n// answer 3\n" + tail, plan).ok);
+  CHECK(backend.host_failures_remembered() == 1);  // the three expired ones dropped
 }
 
 TEST_CASE("env compile: a failure whose log only looks like the host's is remembered for a while, never cached") {

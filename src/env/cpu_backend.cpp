@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "env/errors.hpp"
 #include "env/input_rewrite.hpp"
@@ -129,16 +131,62 @@ std::set<std::string> list_exports(const fs::path& work, const std::string& so_n
 
 }  // namespace
 
+namespace {
+
+/// True when `line` of a compiler's log is text the answer chose: a quoted source line or caret
+/// line (`   12 | code`, `      |   ^~~`), a diagnostic located in a source file (its message
+/// quotes the code: `#error`, a static_assert message, a missing header's name), a context line
+/// (`solution.cpp: In function ...`), or a linker complaint that names the answer's symbols.
+/// A diagnostic whose kind is "internal compiler error" is the compiler's own even when located.
+bool answer_chosen_line(std::string_view line) {
+  size_t i = 0;
+  while (i < line.size() && line[i] == ' ') ++i;
+  size_t j = i;
+  while (j < line.size() && std::isdigit(static_cast<unsigned char>(line[j]))) ++j;
+  while (j < line.size() && line[j] == ' ') ++j;
+  if (j < line.size() && line[j] == '|') return true;  // a quoted source line or its caret
+  // "file:line[:col]: kind: message" (file without spaces)
+  const size_t colon = line.find(':');
+  if (colon != std::string_view::npos && colon > 0 && line.substr(0, colon).find(' ') == std::string_view::npos) {
+    size_t k = colon + 1;
+    const size_t digits = k;
+    while (k < line.size() && std::isdigit(static_cast<unsigned char>(line[k]))) ++k;
+    if (k > digits && k < line.size() && line[k] == ':') {
+      ++k;
+      while (k < line.size() && std::isdigit(static_cast<unsigned char>(line[k]))) ++k;
+      if (k < line.size() && line[k] == ':') ++k;
+      while (k < line.size() && line[k] == ' ') ++k;
+      return line.substr(k).rfind("internal compiler error:", 0) != 0;
+    }
+    const std::string_view file = line.substr(0, colon);
+    if (file.find(".cpp") != std::string_view::npos || file.find(".h") != std::string_view::npos) return true;  // "x.cpp: In function"
+  }
+  return line.find("undefined reference to") != std::string_view::npos || line.find(": in function ") != std::string_view::npos ||
+         line.find("multiple definition of") != std::string_view::npos;
+}
+
+}  // namespace
+
 bool compile_failure_is_the_answers(const util::ProcessResult& r) {
   if (r.ok() || r.timed_out || r.exec_failed || r.term_signal != 0 || r.exit_code <= 0) return false;
   // The driver reports a killed or unstartable sub-process (cc1plus, as, ld) with a status of 1:
   // an out-of-memory kill, fork failing at RLIMIT_NPROC (which uid-65534 processes share), a full
-  // disk. None of those says anything about the code.
-  for (const char* host : {"Killed signal", "terminated signal", "cannot execute", "Resource temporarily unavailable",
-                           "Cannot allocate memory", "virtual memory exhausted", "out of memory", "No space left",
-                           "internal compiler error", "vfork", "fork:", "posix_spawn"})
-    if (r.output.find(host) != std::string::npos) return false;
-  return r.output.find(": error:") != std::string::npos || r.output.find("undefined reference") != std::string::npos;
+  // disk. None of those says anything about the code. Only the compiler's own lines are read for
+  // them: an honest answer whose failing line holds "out of memory" in a string is the answer's
+  // failure (a red team's answers that quoted "fork:" were each compiled again, and kept in memory).
+  std::string_view log(r.output);
+  while (!log.empty()) {
+    const size_t nl = log.find('\n');
+    const std::string_view line = log.substr(0, nl);
+    log = nl == std::string_view::npos ? std::string_view() : log.substr(nl + 1);
+    if (answer_chosen_line(line)) continue;
+    for (const char* host : {"Killed signal", "terminated signal", "cannot execute", "Resource temporarily unavailable",
+                             "Cannot allocate memory", "virtual memory exhausted", "out of memory", "No space left",
+                             "internal compiler error", "vfork", "fork:", "posix_spawn"})
+      if (line.find(host) != std::string_view::npos) return false;
+  }
+  return r.output.find(": error:") != std::string::npos || r.output.find(": fatal error:") != std::string::npos ||
+         r.output.find("undefined reference") != std::string::npos;
 }
 
 namespace {
@@ -209,6 +257,19 @@ std::string compiler_identity(const std::string& compiler) {
 }
 
 }  // namespace
+
+void CpuBackend::remember_host_failure(const std::string& key, const CompileOutcome& out) {
+  const auto now = std::chrono::steady_clock::now();
+  HostFailure f{out.feedback, out.log.substr(0, kMaxHostFailureLogBytes),
+                now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(options_.host_failure_memory_s))};
+  if (out.log.size() > kMaxHostFailureLogBytes) f.log += "\n[... the rest of the compiler's log not kept]";
+  std::lock_guard<std::mutex> lock(timed_out_mutex_);
+  // Expired entries go first (distinct answers are never looked up again), then all at the bound.
+  for (auto it = host_failed_.begin(); it != host_failed_.end();) it = now >= it->second.until ? host_failed_.erase(it) : std::next(it);
+  if (host_failed_.size() >= kMaxHostFailures) host_failed_.clear();
+  host_failed_[key] = std::move(f);
+}
 
 const std::string& CpuBackend::compiler_version() {
   std::lock_guard<std::mutex> lock(version_mutex_);
@@ -325,12 +386,7 @@ CompileOutcome CpuBackend::compile(const std::string& code, const LaunchPlan& pl
     if (compile_failure_is_the_answers(r)) {
       cache_->store_failed(key, out.log);
     } else if (options_.host_failure_memory_s > 0) {
-      std::lock_guard<std::mutex> lock(timed_out_mutex_);
-      if (host_failed_.size() >= kMaxTimedOutKeys) host_failed_.clear();
-      host_failed_[key] = {out.feedback, out.log,
-                           std::chrono::steady_clock::now() +
-                               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                   std::chrono::duration<double>(options_.host_failure_memory_s))};
+      remember_host_failure(key, out);
     }
     return out;
   }

@@ -33,6 +33,11 @@ namespace leap::env {
 inline constexpr uintmax_t kMaxModuleBytes = uintmax_t(64) << 20;
 /// Compile time-outs a CpuBackend remembers (CpuBackend::compile) before it forgets them all.
 inline constexpr size_t kMaxTimedOutKeys = 10000;
+/// Failures that look like the host's a CpuBackend remembers at once (host_failure_memory_s),
+/// each with at most kMaxHostFailureLogBytes of its log: at most ~20 MB. Expired ones are
+/// dropped at every new one (a red team's 200 distinct such answers grew a process by 0.9 MB each).
+inline constexpr size_t kMaxHostFailures = 1000;
+inline constexpr size_t kMaxHostFailureLogBytes = size_t(16) << 10;
 
 /// Settings of the cpu backend.
 struct CpuBackendOptions {
@@ -95,6 +100,11 @@ class CpuBackend : public Backend {
   void in_forked_worker() override { keep_loaded_ = true; }
   /// In the parent: a cpu worker is retired after every job (Backend::worker_serves_one_job).
   bool worker_serves_one_job() const override { return true; }
+  /// Failures that look like the host's remembered now (host_failure_memory_s; for tests).
+  size_t host_failures_remembered() const {
+    std::lock_guard<std::mutex> lock(timed_out_mutex_);
+    return host_failed_.size();
+  }
 
  private:
   const std::string& compiler_version();
@@ -111,7 +121,7 @@ class CpuBackend : public Backend {
   /// again (a group's duplicates, a later step) gets that timeout at once instead of holding a
   /// grading thread for env.compile_timeout_s again. Kept in memory only, never in the compile
   /// cache: a loaded machine may be the cause, and a later run compiles it afresh.
-  std::mutex timed_out_mutex_;
+  mutable std::mutex timed_out_mutex_;
   std::unordered_map<std::string, std::string> timed_out_;
   /// Keys whose compile failed the host's way (CpuBackendOptions::host_failure_memory_s), with
   /// the outcome served again and when it is forgotten; under timed_out_mutex_.
@@ -120,6 +130,8 @@ class CpuBackend : public Backend {
     std::chrono::steady_clock::time_point until;
   };
   std::unordered_map<std::string, HostFailure> host_failed_;
+  /// Keeps `out` (a failure that looks like the host's) under `key` for host_failure_memory_s.
+  void remember_host_failure(const std::string& key, const CompileOutcome& out);
 };
 
 }  // namespace leap::env
