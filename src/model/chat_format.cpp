@@ -103,12 +103,12 @@ std::vector<TokenId> chat_stop_ids(ChatFormat format, const Tokenizer& tok) {
   return out;
 }
 
-std::string escape_special_tokens(const Tokenizer& tok, std::string_view text) {
+std::string escape_special_tokens(const Tokenizer& tok, std::string_view text, bool all_added) {
   static constexpr std::string_view kZeroWidthSpace = "\xE2\x80\x8B";
   std::vector<std::string_view> literals;
   bool first_byte[256] = {};  // a literal can start only at one of these bytes
   for (const AddedToken& t : tok.added_tokens())
-    if (t.special && !t.content.empty()) {
+    if ((t.special || all_added) && !t.content.empty()) {
       literals.push_back(t.content);
       first_byte[static_cast<unsigned char>(t.content[0])] = true;
     }

@@ -47,9 +47,11 @@ std::string render_chat(ChatFormat format, const std::vector<ChatMessage>& messa
 /// broken by a zero-width space (U+200B) after its first byte, so that a chat rendered around it
 /// and encoded with special-token matching on reads it as plain text: what the environment or an
 /// earlier answer writes into a prompt (feedback, compiler logs, exception texts) can never become
-/// a turn marker of the policy's next prompt (issue "Environment V"). Text without such literals
-/// is returned unchanged.
-std::string escape_special_tokens(const Tokenizer& tok, std::string_view text);
+/// a turn marker of the policy's next prompt (issue "Environment V"). With `all_added`, the
+/// literals of added tokens not marked special too (Qwen2.5's "<tool_call>", Qwen3's "</think>":
+/// the encoder matches them as well), for text that is not the policy's own. Text without such
+/// literals is returned unchanged.
+std::string escape_special_tokens(const Tokenizer& tok, std::string_view text, bool all_added = false);
 
 /// Token ids that end an assistant turn: ChatML <|im_end|> (and <|endoftext|> if present);
 /// Llama3 <|eot_id|> (and <|end_of_text|> if present). Throws leap::ModelError if the main

@@ -20,10 +20,13 @@ namespace {
 
 /// `prompt` with special-token literals in every message's content broken (model::
 /// escape_special_tokens): message contents are data (the task, an earlier answer, the
-/// environment's feedback), and only the chat template's own markers are turn markers.
+/// environment's feedback), and only the chat template's own markers are turn markers. In text
+/// that is not the policy's own (system, user: the task and the environment's feedback) every
+/// added token's literal is broken; an earlier answer keeps the non-special added tokens it wrote
+/// ("</think>"), as the policy generated them.
 Prompt escaped(const model::Tokenizer& tok, const Prompt& prompt) {
   Prompt out = prompt;
-  for (auto& m : out) m.content = model::escape_special_tokens(tok, m.content);
+  for (auto& m : out) m.content = model::escape_special_tokens(tok, m.content, m.role != "assistant");
   return out;
 }
 
