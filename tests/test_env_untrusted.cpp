@@ -434,7 +434,7 @@ TEST_CASE("env compile: an honest failure that quotes host words is cached; reme
   fs::permissions(cc, fs::perms::owner_all);
   o.compiler = cc.string();
   o.sandbox = env::SandboxMode::off;  // the script lives in a temporary folder
-  o.host_failure_memory_s = 0.3;
+  o.host_failure_memory_s = 2.0;  // long enough for three compiles on a loaded machine
   env::CpuBackend backend(o);
   const env::LaunchPlan plan = env::parse_launch_plan("launches:\n  - kernel: copy\n    args: [x, y, N]\n", task, backend.plan_options());
   for (int i = 0; i < 3; ++i) {
@@ -446,7 +446,7 @@ TEST_CASE("env compile: an honest failure that quotes host words is cached; reme
   const env::CompileOutcome served = backend.compile("#include <cstdint>\n// answer 0\n" + tail, plan);
   CHECK(backend.compiler_runs() == 3);  // served from memory
   CHECK(served.log.size() <= env::kMaxHostFailureLogBytes + 64);
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
   CHECK_FALSE(backend.compile("#include <cstdint>\n// answer 3\n" + tail, plan).ok);
   CHECK(backend.host_failures_remembered() == 1);  // the three expired ones dropped
 }
