@@ -354,6 +354,76 @@ TEST_CASE("reliability: a truncated optimizer.pt or trainer_state.json on resume
   CHECK(g.calls == 0);
 }
 
+TEST_CASE("reliability: a trainer_state.json that does not fit its checkpoint is refused on resume, the run's rows kept") {
+  // A red team's edited "step" (-5, an overflow, 99999, an earlier step) crashed the resume,
+  // deleted every step row, or finished the run at a made-up step.
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  store::Store db(dir.path / "leap.db");
+  const std::string run = failed_run(exp, db, dir.path / "results", 2);  // checkpoint 1 only
+  const fs::path ck = db.latest_checkpoint(run)->path;
+  const fs::path state = ck / "trainer_state.json";
+  nlohmann::json good;
+  std::ifstream(state) >> good;
+  const int64_t steps_before = db.count_rows("steps");
+  const int64_t rollouts_before = db.count_rows("rollouts");
+  RuleGrader g;
+  auto refused = [&](const nlohmann::json& js, const std::string& key, const std::string& why) {
+    std::ofstream(state) << js.dump();
+    try {
+      train_run(exp, db, g, dir.path / "results", run);
+      FAIL("resumed from a trainer_state.json with " << js.dump().substr(0, 80));
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      CAPTURE(m);
+      CHECK(has(m, state.string()));
+      CHECK(has(m, "\"" + key + "\""));
+      CHECK(has(m, why));
+      CHECK(m.find('\n') == std::string::npos);
+    }
+    CHECK(db.count_rows("steps") == steps_before);
+    CHECK(db.count_rows("rollouts") == rollouts_before);
+  };
+  for (const nlohmann::json& step : {nlohmann::json(-5), nlohmann::json(INT64_MAX), nlohmann::json(99999), nlohmann::json(0),
+                                     nlohmann::json(1.5), nlohmann::json("1")}) {
+    nlohmann::json js = good;
+    js["step"] = step;
+    refused(js, "step", step.is_number_integer() ? (step.get<int64_t>() < 0 ? "below 0" : "but the folder is step-1")
+                                                 : "must be an integer");
+  }
+  {
+    // The folder renamed with it: the store's row still says step 1.
+    nlohmann::json js = good;
+    js["step"] = 7;
+    const fs::path moved = ck.parent_path() / "step-7";
+    fs::rename(ck, moved);
+    std::ofstream(moved / "trainer_state.json") << js.dump();
+    db.db().prepare("UPDATE checkpoints SET path = '" + moved.string() + "'").step();
+    try {
+      train_run(exp, db, g, dir.path / "results", run);
+      FAIL("resumed from step 7 where the store has step 1");
+    } catch (const Error& e) {
+      CHECK(has(e.what(), "the store records this checkpoint at step 1"));
+    }
+    db.db().prepare("UPDATE checkpoints SET path = '" + ck.string() + "'").step();
+    fs::rename(moved, ck);
+  }
+  nlohmann::json other = good;
+  other["run_id"] = "someone-else";
+  refused(other, "run_id", "but the checkpoint is resumed for run");
+  nlohmann::json short_rng = good;
+  short_rng["torch_cpu_rng"] = std::vector<int>{1, 2, 3};
+  refused(short_rng, "torch_cpu_rng", "holds 3 bytes");
+  nlohmann::json big = good;
+  big["torch_cpu_rng"][0] = 300;
+  refused(big, "torch_cpu_rng", "not a byte");
+  CHECK(g.calls == 0);
+  // The good state still resumes.
+  std::ofstream(state) << good.dump();
+  CHECK_NOTHROW(train_run(exp, db, g, dir.path / "results", run));
+  CHECK(db.list_runs().at(0).status == store::RunStatus::finished);
+}
+
 TEST_CASE("reliability: write_file_atomic keeps the old file on a failed write and names the cause") {
   test::TempDir dir;
   const fs::path p = dir.path / "state.json";

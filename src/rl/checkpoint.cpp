@@ -81,10 +81,68 @@ void save_checkpoint(const fs::path& dir, const fs::path& base_dir, model::Trans
   util::sync_dir(dir.parent_path());
 }
 
-TrainerState load_checkpoint(const fs::path& dir, model::Transformer& model, torch::optim::Optimizer& optimizer) {
+namespace {
+
+/// The trainer state of `js` (read from `state_path`, in checkpoint folder `dir`), every key
+/// checked (load_checkpoint); `rng` gets the CPU generator's saved state.
+TrainerState checked_trainer_state(const nlohmann::json& js, const fs::path& dir, const fs::path& state_path,
+                                   std::optional<int64_t> expected_step, const std::string& expected_run_id,
+                                   torch::Tensor& rng) {
+  auto bad = [&](const std::string& key, const std::string& why) {
+    return Error("checkpoint " + state_path.string() + ": \"" + key + "\" " + why);
+  };
+  if (!js.is_object()) throw Error("checkpoint " + state_path.string() + ": not a JSON object");
+  TrainerState st;
+  if (!js.contains("step") || !js["step"].is_number_integer()) throw bad("step", "must be an integer");
+  st.step = js["step"].get<int64_t>();
+  if (st.step < 0) throw bad("step", "is " + std::to_string(st.step) + ", below 0");
+  const std::string folder = dir.filename().string();
+  if (folder.rfind("step-", 0) == 0 && folder.substr(5) != std::to_string(st.step))
+    throw bad("step", "is " + std::to_string(st.step) + ", but the folder is " + folder);
+  if (expected_step && *expected_step != st.step)
+    throw bad("step", "is " + std::to_string(st.step) + ", but the store records this checkpoint at step " +
+                          std::to_string(*expected_step));
+  if (!js.contains("seed") || !js["seed"].is_number_unsigned()) throw bad("seed", "must be an integer >= 0");
+  st.seed = js["seed"].get<uint64_t>();
+  if (js.contains("run_id") && !js["run_id"].is_string()) throw bad("run_id", "must be a string");
+  st.run_id = js.value("run_id", "");
+  if (!expected_run_id.empty() && st.run_id != expected_run_id)
+    throw bad("run_id", "is '" + st.run_id + "', but the checkpoint is resumed for run '" + expected_run_id + "'");
+  // "files" and "torch_cpu_rng" are absent from checkpoints of an older leap: then not checked.
+  if (js.contains("files") && !js["files"].is_object()) throw bad("files", "must be an object of file sizes");
+  for (const char* f : {"model.safetensors", "optimizer.pt"}) {
+    if (!js.contains("files")) break;
+    const auto it = js["files"].find(f);
+    if (it == js["files"].end() || !it->is_number_integer()) throw bad(std::string("files.") + f, "must be an integer");
+    const int64_t want = it->get<int64_t>(), got = util::file_size_or(dir / f);
+    if (got != want)
+      throw Error("checkpoint " + (dir / f).string() + ": " + std::to_string(got) + " bytes, but " +
+                  std::to_string(want) + " were written (the file is truncated or was changed)");
+  }
+  if (!js.contains("torch_cpu_rng")) return st;
+  if (!js["torch_cpu_rng"].is_array()) throw bad("torch_cpu_rng", "must be a list of bytes");
+  const auto& bytes = js["torch_cpu_rng"];
+  const int64_t want = at::detail::getDefaultCPUGenerator().get_state().numel();
+  if (static_cast<int64_t>(bytes.size()) != want)
+    throw bad("torch_cpu_rng", "holds " + std::to_string(bytes.size()) + " bytes; the generator's state is " +
+                                   std::to_string(want));
+  rng = torch::empty({want}, torch::kUInt8);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (!bytes[i].is_number_integer() || bytes[i].get<int64_t>() < 0 || bytes[i].get<int64_t>() > 255)
+      throw bad("torch_cpu_rng", "element " + std::to_string(i) + " is not a byte (0-255)");
+    rng.data_ptr<uint8_t>()[i] = static_cast<uint8_t>(bytes[i].get<int64_t>());
+  }
+  return st;
+}
+
+}  // namespace
+
+TrainerState load_checkpoint(const fs::path& dir, model::Transformer& model, torch::optim::Optimizer& optimizer,
+                             std::optional<int64_t> expected_step, const std::string& expected_run_id) {
   for (const char* f : {"model.safetensors", "optimizer.pt", "trainer_state.json"})
     if (!fs::exists(dir / f)) throw Error("checkpoint " + dir.string() + ": missing " + f);
-  // The trainer state first: it records the sizes of the large files.
+  // The trainer state first, whole: it records the sizes of the large files, and nothing is
+  // loaded from a checkpoint whose state does not fit it.
   const fs::path state_path = dir / "trainer_state.json";
   nlohmann::json js;
   {
@@ -95,22 +153,21 @@ TrainerState load_checkpoint(const fs::path& dir, model::Transformer& model, tor
       throw Error("checkpoint " + state_path.string() + ": cannot be read (truncated or corrupt): " + e.what());
     }
   }
-  TrainerState st;
-  try {
-    st.step = js.at("step").get<int64_t>();
-    st.seed = js.at("seed").get<uint64_t>();
-    st.run_id = js.value("run_id", "");
-  } catch (const std::exception& e) {
-    throw Error("checkpoint " + state_path.string() + ": " + e.what());
-  }
-  if (js.contains("files") && js["files"].is_object()) {
-    for (const auto& [name, size] : js["files"].items()) {
-      if (!size.is_number_integer()) continue;
-      const int64_t want = size.get<int64_t>(), got = util::file_size_or(dir / name);
-      if (got != want)
-        throw Error("checkpoint " + (dir / name).string() + ": " + std::to_string(got) + " bytes, but " +
-                    std::to_string(want) + " were written (the file is truncated or was changed)");
+  torch::Tensor rng;  // stays undefined without "torch_cpu_rng"
+  const TrainerState st = checked_trainer_state(js, dir, state_path, expected_step, expected_run_id, rng);
+  // LibTorch checks the generator's state too (an mt19937 state it rejects): tried here, before
+  // anything is loaded, so its error names the file and key; set for good after the tensors.
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  if (rng.defined()) {
+    const torch::Tensor before = gen.get_state();
+    try {
+      gen.set_state(rng);
+    } catch (const c10::Error& e) {
+      std::string why = e.what_without_backtrace();
+      if (auto nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+      throw Error("checkpoint " + state_path.string() + ": \"torch_cpu_rng\" is not a generator state: " + why);
     }
+    gen.set_state(before);  // set again after the tensors load, below
   }
   {
     auto ckpt = model::SafetensorsCheckpoint::open(dir);
@@ -128,13 +185,7 @@ TrainerState load_checkpoint(const fs::path& dir, model::Transformer& model, tor
   } catch (const std::exception& e) {
     throw Error("checkpoint " + opt_path.string() + ": cannot be read (truncated or corrupt): " + e.what());
   }
-  if (js.contains("torch_cpu_rng")) {
-    auto bytes = js["torch_cpu_rng"].get<std::vector<int64_t>>();
-    auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-    for (size_t i = 0; i < bytes.size(); ++i) t.data_ptr<uint8_t>()[i] = static_cast<uint8_t>(bytes[i]);
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(t);
-  }
+  if (rng.defined()) gen.set_state(rng);
   return st;
 }
 

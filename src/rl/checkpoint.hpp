@@ -4,6 +4,7 @@
 // the optimizer state and the trainer state (step, RNG), in results/<run>/checkpoints/step-N.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "model/transformer.hpp"
@@ -32,10 +33,15 @@ void save_checkpoint(const std::filesystem::path& dir, const std::filesystem::pa
                      model::Transformer& model, torch::optim::Optimizer& optimizer, const TrainerState& state);
 
 /// Loads the weights (or the LoRA adapter, when the model has adapters), the optimizer state
-/// and the trainer state saved by save_checkpoint. Throws leap::Error naming the file that is
-/// missing, shorter or longer than recorded, or unreadable (a truncated optimizer.pt or
-/// trainer_state.json), never a bare LibTorch error.
+/// and the trainer state saved by save_checkpoint. trainer_state.json is checked whole before
+/// anything is loaded: "step" an integer >= 0, equal to the folder's `step-N` and to
+/// `expected_step` when given (the store's checkpoint row), "run_id" equal to `expected_run_id`
+/// when that is non-empty, "files" and "torch_cpu_rng" (bytes 0-255, the generator state's size)
+/// present. Throws leap::Error naming the file (and key) that is missing, shorter or longer than
+/// recorded, unreadable (a truncated optimizer.pt or trainer_state.json) or inconsistent, never
+/// a bare LibTorch error.
 TrainerState load_checkpoint(const std::filesystem::path& dir, model::Transformer& model,
-                             torch::optim::Optimizer& optimizer);
+                             torch::optim::Optimizer& optimizer, std::optional<int64_t> expected_step = std::nullopt,
+                             const std::string& expected_run_id = "");
 
 }  // namespace leap::rl

@@ -475,7 +475,7 @@ ResumePoint open_run(Run& r) {
   r.run_dir = fs::path(ctx.results_dir) / r.run_id;
   const auto ck = r.db->latest_checkpoint(r.run_id);
   if (ck) {
-    rp.start_step = load_checkpoint(ck->path, r.model, *r.optimizer).step + 1;
+    rp.start_step = load_checkpoint(ck->path, r.model, *r.optimizer, ck->step, r.run_id).step + 1;
     r.checkpoint = ck->path;
   }
   // Without a checkpoint the run restarts from the base model, SFT included: its rows (steps <= 0) go too.
@@ -502,7 +502,7 @@ void join_ranks(Run& r, ResumePoint& rp) {
   if (!r.rank0()) {
     r.run_dir = fs::path(r.ctx.results_dir) / r.run_id;
     r.checkpoint = hello.at("checkpoint").get<std::string>();
-    if (!r.checkpoint.empty()) load_checkpoint(r.checkpoint, r.model, *r.optimizer);
+    if (!r.checkpoint.empty()) load_checkpoint(r.checkpoint, r.model, *r.optimizer, rp.start_step - 1, r.run_id);
   }
   {
     torch::NoGradGuard ng;
