@@ -424,6 +424,35 @@ TEST_CASE("reliability: a trainer_state.json that does not fit its checkpoint is
   CHECK(db.list_runs().at(0).status == store::RunStatus::finished);
 }
 
+TEST_CASE("reliability: a tokenizer with ids beyond the model's vocabulary is refused before the run row exists") {
+  // A red team's tokenizer.json with an id past vocab_size failed with "index out of range in
+  // self" during SFT, naming no file, and left a failed run in the store.
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  const fs::path model = dir.path / "model";
+  fs::copy(exp.model.path, model, fs::copy_options::recursive);
+  nlohmann::json cfg, tok;
+  std::ifstream(model / "config.json") >> cfg;
+  std::ifstream(model / "tokenizer.json") >> tok;
+  const int64_t vocab = cfg.at("vocab_size").get<int64_t>();
+  tok["added_tokens"].push_back({{"id", vocab + 100}, {"content", "<|beyond|>"}, {"single_word", false}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", true}});
+  std::ofstream(model / "tokenizer.json") << tok.dump();
+  exp.model.path = model.string();
+  store::Store db(dir.path / "leap.db");
+  RuleGrader g;
+  try {
+    train_run(exp, db, g, dir.path / "results");
+    FAIL("trained with a tokenizer beyond the model's vocabulary");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK(has(m, (model / "tokenizer.json").string()));
+    CHECK(has(m, "token id " + std::to_string(vocab + 100) + " (<|beyond|>)"));
+    CHECK(has(m, "vocab_size " + std::to_string(vocab)));
+  }
+  CHECK(db.list_runs().empty());
+}
+
 TEST_CASE("reliability: write_file_atomic keeps the old file on a failed write and names the cause") {
   test::TempDir dir;
   const fs::path p = dir.path / "state.json";

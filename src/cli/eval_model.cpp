@@ -118,6 +118,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
   const auto dtype = cuda && exp.model.dtype != "fp32" ? torch::kBFloat16 : torch::kFloat32;
   auto tok = model::Tokenizer::from_file(model_dir);
   auto m = model::load_transformer(model_dir, dtype, device);
+  model::check_tokenizer_fits(tok, m->config().vocab_size, model_dir);
   const auto fmt = model::resolve_chat_format(model::parse_chat_format(exp.model.chat_format),
                                               m->config().model_type_name, tok);
   rl::LocalPolicy policy(m, tok, fmt, 64, model::checkpoint_chat_template(model_dir, fmt).default_system);

@@ -219,6 +219,7 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     const auto dtype = o->dtype == "bf16" || (o->dtype == "auto" && cuda) ? torch::kBFloat16 : torch::kFloat32;
     const auto tok = Tokenizer::from_file(o->path);
     auto model = load_transformer(o->path, dtype, dev);
+    check_tokenizer_fits(tok, model->config().vocab_size, o->path);
     const auto gen_cfg = load_generation_config(o->path);
     std::string text = o->prompt;
     SamplingParams p;

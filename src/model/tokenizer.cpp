@@ -263,4 +263,13 @@ bool Tokenizer::is_special(TokenId id) const {
   return id >= 0 && id < id_end_ && s_->special[id] != 0;
 }
 
+void check_tokenizer_fits(const Tokenizer& tok, int64_t model_vocab, const fs::path& model_dir) {
+  if (tok.vocab_size() <= model_vocab) return;
+  const TokenId top = tok.vocab_size() - 1;
+  const fs::path file = fs::is_directory(model_dir) ? model_dir / "tokenizer.json" : model_dir;
+  throw ModelError(file.string() + ": token id " + std::to_string(top) + " (" + tok.id_to_token(top).value_or("?") +
+                   ") is beyond the model's vocabulary: config.json has vocab_size " + std::to_string(model_vocab) +
+                   " (ids 0-" + std::to_string(model_vocab - 1) + ")");
+}
+
 }  // namespace leap::model

@@ -83,4 +83,10 @@ class Tokenizer {
   TokenId id_end_ = 0;
 };
 
+/// Checks that every id of `tok` (vocab and added tokens) has a row in a model of `model_vocab`
+/// rows (config.json's vocab_size; a model may have more rows than the tokenizer has ids, as
+/// Qwen2.5's padded embeddings). Throws leap::ModelError naming `model_dir`'s tokenizer.json, the
+/// largest id and the token, and the vocab_size, instead of an index error deep in a forward.
+void check_tokenizer_fits(const Tokenizer& tok, int64_t model_vocab, const std::filesystem::path& model_dir);
+
 }  // namespace leap::model

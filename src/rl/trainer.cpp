@@ -389,6 +389,7 @@ void load_model(Run& r) {
   r.tok = std::make_unique<model::Tokenizer>(model::Tokenizer::from_file(exp.model.path));
   // Master weights stay fp32; on CUDA the forward runs under bf16 autocast.
   r.model = model::load_transformer(exp.model.path, torch::kFloat32, r.device);
+  model::check_tokenizer_fits(*r.tok, r.model->config().vocab_size, exp.model.path);
   if (exp.model.lora_rank > 0) {
     model::LoraOptions lo;
     lo.rank = exp.model.lora_rank;
