@@ -308,6 +308,39 @@ TEST_CASE("env: a speedup above the suspicious threshold is re-measured and flag
   CHECK(contains(r.feedback, "suspicious"));
 }
 
+TEST_CASE("env: a task whose sizes need more memory than a task may have is refused naming the file and key") {
+  // A red team's sizes_cpu {B: 1e8, N: 1e8} failed with LibTorch's allocation error and a
+  // backtrace, naming no file; 2^32 x 2^32 overflows int64.
+  leap::test::TempDir dir;
+  auto write = [&](const std::string& name, const std::string& sizes_cpu) {
+    dir.write(name + "/task.yaml", "name: " + name + "\nsizes: {B: 16, N: 1024}\nsizes_cpu: " + sizes_cpu + R"(
+inputs:
+  x: {dtype: float32, shape: [B, N]}
+outputs:
+  y: {dtype: float32, shape: [B, N]}
+reference:
+  torchscript: |
+    def reference(x: Tensor) -> Tensor:
+        return torch.relu(x)
+)");
+    return (dir.path / name).string();
+  };
+  for (const char* sizes : {"{B: 100000000, N: 100000000}", "{B: 4294967296, N: 4294967296}"}) {
+    const std::string path = write("huge", sizes);
+    try {
+      RuntimeTask task(leap::tasks::load_task(path), "cpu");
+      FAIL("a task of " << sizes << " was accepted");
+    } catch (const leap::Error& e) {
+      const std::string m = e.what();
+      CAPTURE(m);
+      CHECK(m.find(path + "/task.yaml: key 'sizes_cpu'") != std::string::npos);
+      CHECK(m.find("GB of inputs and outputs") != std::string::npos);
+      CHECK(m.find('\n') == std::string::npos);
+    }
+  }
+  CHECK_NOTHROW(RuntimeTask(leap::tasks::load_task(write("fine", "{B: 64, N: 4096}")), "cpu"));
+}
+
 TEST_CASE("env: an all-zeros softmax over 100,000 columns fails (scale-aware tolerance)") {
   leap::test::TempDir dir;
   dir.write("wide/task.yaml", R"(name: softmax_wide

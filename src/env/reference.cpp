@@ -1,5 +1,9 @@
 #include "env/reference.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "env/compare_scan.hpp"
 
 #include <algorithm>
@@ -166,6 +170,33 @@ std::vector<std::string> Reference::baked_devices() const {
 
 // ---- RuntimeTask ------------------------------------------------------------------------------
 
+void RuntimeTask::check_tensor_bytes() const {
+  // In double: a product of int64 sizes may overflow (2^32 x 2^32), a double only rounds.
+  double bytes = 0;
+  auto add = [&](const std::vector<TensorDecl>& decls, const std::vector<std::vector<int64_t>>& shapes) {
+    for (size_t i = 0; i < decls.size(); ++i) {
+      double b = static_cast<double>(dtype_size(decls[i].dtype));
+      for (int64_t d : shapes[i]) b *= static_cast<double>(d);
+      bytes += b;
+    }
+  };
+  add(interface_.inputs, input_shapes_);
+  add(interface_.outputs, output_shapes_);
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * page;
+  const double limit = std::min(kMaxTaskTensorBytes, memory > 0 ? memory / 2 : kMaxTaskTensorBytes);
+  if (bytes <= limit) return;
+  const std::string key = spec_.size_overrides.count(backend_) ? "sizes_" + backend_ : std::string("sizes");
+  std::string sizes;
+  for (const auto& [k, v] : interface_.sizes) sizes += (sizes.empty() ? "" : ", ") + k + "=" + std::to_string(v);
+  char text[160];
+  std::snprintf(text, sizeof text, "%.3g GB of inputs and outputs, more than the %.3g GB a task may have here",
+                bytes / 1e9, limit / 1e9);
+  throw Error(spec_.file + ": key '" + key + "' (" + sizes + "): task " + spec_.name + "'s tensors need " + text +
+              " (at most " + std::to_string(static_cast<int64_t>(kMaxTaskTensorBytes / 1e9)) +
+              " GB, and half of this machine's memory)");
+}
+
 RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
     : spec_(std::move(spec)), backend_(backend) {
   const std::string& file = spec_.file;
@@ -197,6 +228,7 @@ RuntimeTask::RuntimeTask(tasks::TaskSpec spec, const std::string& backend)
   };
   for (const auto& t : spec_.inputs) convert(t, "inputs", interface_.inputs, input_shapes_);
   for (const auto& t : spec_.outputs) convert(t, "outputs", interface_.outputs, output_shapes_);
+  check_tensor_bytes();
   for (const auto& c : spec_.constants) {
     ConstantDecl d;
     d.name = c.name;

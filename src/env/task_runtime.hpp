@@ -14,6 +14,11 @@ namespace leap::env {
 
 struct Reference;  // env/reference.hpp
 
+/// The most bytes a task's inputs and outputs may take together at a backend's sizes (and never
+/// more than half of the machine's memory): larger sizes are a task-file error, not an
+/// allocation failure in the reference.
+inline constexpr double kMaxTaskTensorBytes = 64e9;
+
 /// A TaskSpec prepared for a backend. Immutable after construction; safe to share between threads
 /// for reading (the reference itself is called by one thread at a time, see Verifier).
 class RuntimeTask {
@@ -21,7 +26,8 @@ class RuntimeTask {
   /// Resolves sizes for `backend`, evaluates every shape, and compiles the reference
   /// (torch::jit::compile of the source, or torch::jit::load of the file). Throws leap::Error
   /// naming the task file and what is wrong (a TorchScript error, a bad shape expression), or
-  /// when the task has no sizes for `backend` (`sizes_cpu: none`: TaskSpec::runs_on).
+  /// when the task has no sizes for `backend` (`sizes_cpu: none`: TaskSpec::runs_on), or when its
+  /// tensors at those sizes exceed kMaxTaskTensorBytes (naming the sizes key).
   RuntimeTask(tasks::TaskSpec spec, const std::string& backend);
   ~RuntimeTask();
   RuntimeTask(const RuntimeTask&) = delete;
@@ -44,6 +50,7 @@ class RuntimeTask {
   TaskInterface interface_;
   std::vector<std::vector<int64_t>> input_shapes_, output_shapes_;
   std::unique_ptr<Reference> reference_;
+  void check_tensor_bytes() const;
 };
 
 }  // namespace leap::env
