@@ -242,6 +242,23 @@ TEST_CASE("model: leap model init / inspect / tokenize / generate commands") {
   auto r = leap::test::run_leap("model init --preset tiny --out " + dir);
   REQUIRE_MESSAGE(r.rc == 0, r.err);
   CHECK(r.out.find("wrote") != std::string::npos);
+  {
+    // Written again over itself: fine. Over another model's shards and index: refused, untouched
+    // (a loader prefers the index, so the old weights would have been used; a red team).
+    r = leap::test::run_leap("model init --preset tiny --seed 3 --out " + dir);
+    CHECK_MESSAGE(r.rc == 0, r.err);
+    const std::string sharded = (tmp.path / "sharded").string();
+    std::filesystem::create_directories(sharded);
+    std::ofstream(sharded + "/model.safetensors.index.json") << "{\"weight_map\": {}}";
+    std::ofstream(sharded + "/model-00001-of-00002.safetensors") << "old";
+    r = leap::test::run_leap("model init --preset tiny --out " + sharded);
+    CHECK(r.rc != 0);
+    const bool named = r.err.find(sharded + ": holds model-00001-of-00002.safetensors") != std::string::npos ||
+                       r.err.find(sharded + ": holds model.safetensors.index.json") != std::string::npos;
+    CHECK_MESSAGE(named, r.err);
+    CHECK_FALSE(std::filesystem::exists(sharded + "/model.safetensors"));
+    CHECK_FALSE(std::filesystem::exists(sharded + "/config.json"));
+  }
   r = leap::test::run_leap("model inspect " + dir);
   CHECK(r.rc == 0);
   CHECK(r.out.find("architecture: qwen2") != std::string::npos);

@@ -52,6 +52,16 @@ TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::files
   if (vocab < 512 || vocab > 65536)
     throw ModelError("tokenizer vocab_size " + std::to_string(vocab) + " is outside [512, 65536]");
   std::error_code ec;
+  // Weights this writes no file for would be loaded instead of the new ones (an index wins over
+  // model.safetensors): a folder holding them is refused, never half overwritten.
+  if (std::filesystem::is_directory(out, ec))
+    for (const auto& e : std::filesystem::directory_iterator(out, ec)) {
+      const std::string f = e.path().filename().string();
+      if (f == "model.safetensors") continue;
+      if (f.ends_with(".safetensors") || f == "model.safetensors.index.json" || f == "adapter" || f.ends_with(".bin"))
+        throw ModelError(out.string() + ": holds " + f + " (another model's weights, which a loader would read " +
+                         "instead of or beside the new ones): write the model to a new or empty folder");
+    }
   std::filesystem::create_directories(out, ec);
   if (ec) throw ModelError("cannot create " + out.string() + ": " + ec.message());
   TinyModelInfo info;

@@ -40,7 +40,8 @@ inline const char* const kTinyPretokenizers[] = {"words", "lines"};
 /// tokenizer is the small one, so only its 1024 ids are ever produced.
 /// `tok` chooses the tokenizer's pre-tokenizer, size and corpus (defaults: as above).
 /// Throws leap::ModelError for an unknown preset or pretokenizer, a vocab_size outside
-/// [512, 65536], or an unwritable folder.
+/// [512, 65536], an unwritable folder, or a folder holding weights this would not overwrite
+/// (shards, an index, an adapter, .bin files: a loader would read them instead).
 /// The presets init_tiny_model knows, in the order `leap model init --help` lists them.
 inline const char* const kModelPresets[] = {"tiny", "qwen2.5-1.5b-shape"};
 
