@@ -121,6 +121,27 @@ TEST_CASE("model: config errors name the file and the key") {
   CHECK(load_generation_config(dir.path).eos_token_ids.empty());  // optional file
   CHECK_THROWS_WITH_AS(parse_generation_config(R"({"eos_token_id": "x"})", "g.json"),
                        doctest::Contains("g.json: key \"eos_token_id\" must be an integer or a list"), leap::ModelError);
+  // Values a forward cannot use (a red team: rope_theta -1 gave garbage and rms_norm_eps -1 empty
+  // output, silently): refused naming the key.
+  const std::string base = R"("model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                             "num_key_value_heads": 2, "intermediate_size": 8, "vocab_size": 100)";
+  CHECK_NOTHROW(parse_model_config("{" + base + R"(, "eos_token_id": [98, 99], "bos_token_id": 0, "torch_dtype": "bfloat16"})",
+                                   "ck/config.json"));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"("rope_theta": -1)", "key \"rope_theta\" must be a positive number"},
+      {R"("rms_norm_eps": -1)", "key \"rms_norm_eps\" must be a positive number"},
+      {R"("rms_norm_eps": 0)", "key \"rms_norm_eps\" must be a positive number"},
+      {R"("max_position_embeddings": 0)", "key \"max_position_embeddings\" must be positive"},
+      {R"("eos_token_id": 99999)", "key \"eos_token_id\" is 99999, outside the vocabulary (vocab_size 100)"},
+      {R"("eos_token_id": [1, 100])", "key \"eos_token_id\" is 100"},
+      {R"("bos_token_id": -5)", "key \"bos_token_id\" is -5"},
+      {R"("torch_dtype": "float8")", "key \"torch_dtype\" is \"float8\""},
+  };
+  for (const auto& [extra, want] : bad) {
+    CAPTURE(extra);
+    CHECK_THROWS_WITH_AS(parse_model_config("{" + base + ", " + extra + "}", "ck/config.json"),
+                         doctest::Contains((std::string("ck/config.json: ") + want).c_str()), leap::ModelError);
+  }
 }
 
 TEST_SUITE_END();

@@ -1,6 +1,7 @@
 #include "model/hf_config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -134,6 +135,29 @@ void read_rope(const json& j, ModelConfig& c, const std::string& src) {
 
 }  // namespace
 
+
+/// Values a forward cannot use (a red team's rope_theta -1 gave garbage, rms_norm_eps -1 empty
+/// output, both silently): refused naming the key.
+static void check_ranges(const ModelConfig& c, const std::string& src) {
+  auto positive = [&](double v, const char* key) {
+    if (!(v > 0) || !std::isfinite(v)) fail(src, std::string("key \"") + key + "\" must be a positive number, got " + std::to_string(v));
+  };
+  if (c.max_position_embeddings <= 0)
+    fail(src, "key \"max_position_embeddings\" must be positive, got " + std::to_string(c.max_position_embeddings));
+  positive(c.rms_norm_eps, "rms_norm_eps");
+  positive(c.rope_theta, "rope_theta");
+  auto token = [&](int64_t id, const char* key) {
+    if (id < 0 || id >= c.vocab_size)
+      fail(src, std::string("key \"") + key + "\" is " + std::to_string(id) + ", outside the vocabulary (vocab_size " +
+                    std::to_string(c.vocab_size) + ")");
+  };
+  if (c.bos_token_id) token(*c.bos_token_id, "bos_token_id");
+  for (int64_t id : c.eos_token_ids) token(id, "eos_token_id");
+  static const char* const kDtypes[] = {"", "auto", "float32", "float16", "bfloat16", "float64", "float", "half"};
+  if (std::find(std::begin(kDtypes), std::end(kDtypes), c.torch_dtype) == std::end(kDtypes))
+    fail(src, "key \"torch_dtype\" is \"" + c.torch_dtype + "\" (supported: float32, float16, bfloat16)");
+}
+
 ModelConfig parse_model_config(std::string_view text, const std::string& src) {
   json j = parse_json(text, src);
   ModelConfig c;
@@ -197,6 +221,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& src) {
     c.use_sliding_window = get_bool(j, "use_sliding_window", src, false);
     c.sliding_window = opt_int(j, "sliding_window", src);
   }
+  check_ranges(c, src);
   return c;
 }
 
