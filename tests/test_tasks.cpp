@@ -144,6 +144,23 @@ TEST_CASE("tasks: malformed tasks name the file, the key and the line") {
   }
 }
 
+TEST_CASE("tasks: set.yaml listing a task twice in a split is an error with its line") {
+  // A red team's `train: [scale, scale]` was counted as 2 train tasks.
+  leap::test::TempDir dir;
+  dir.write("a/task.yaml", kGood);
+  std::string set = dir.write("set.yaml", "name: mini\ntrain:\n  - scale\n  - scale\n");
+  try {
+    load_task_set(dir.path.string());
+    FAIL("expected an error");
+  } catch (const leap::ConfigError& e) {
+    CHECK(contains(e.what(), set + ":4:"));
+    CHECK(contains(e.what(), "train[1]"));
+    CHECK(contains(e.what(), "listed twice"));
+  }
+  dir.write("set.yaml", "name: mini\ntrain:\n  - scale\neval:\n  - scale\n");  // in both splits: allowed
+  CHECK(load_task_set(dir.path.string()).train.size() == 1);
+}
+
 TEST_CASE("tasks: set.yaml naming an unknown task is an error with its line") {
   leap::test::TempDir dir;
   dir.write("a/task.yaml", kGood);

@@ -493,6 +493,8 @@ TaskSet load_set(const std::string& dir, std::vector<std::string>* errors) {
         std::string name = c.str(n[i], std::string(split) + "[" + std::to_string(i) + "]");
         if (!set.find(name) && broken.count(name)) continue;  // reported already
         if (!set.find(name)) c.fail(n[i], std::string(split) + "[" + std::to_string(i) + "]", "no task named '" + name + "' in " + dir);
+        if (std::find(dest.begin(), dest.end(), name) != dest.end())
+          c.fail(n[i], std::string(split) + "[" + std::to_string(i) + "]", "task '" + name + "' is listed twice");
         dest.push_back(name);
       }
     }
