@@ -124,6 +124,12 @@ TEST_CASE("cli: train with a missing model folder or an unknown run names it and
   auto with_set = run_leap("train " + cfg + " --db " + db + " --resume 20260101-000000-abcd --set train.steps=2");
   CHECK(with_set.rc == 2);
   CHECK(contains(with_set.err, "only dist.* keys"));
+  // leap eval --run reads an existing store, and creates none (a red team found an empty one made).
+  const std::string other = (tmp.path / "other.db").string();
+  auto eval_run = run_leap("eval --bench starter --run 20260101-000000-abcd --limit 1 --db " + other);
+  CHECK(eval_run.rc == 2);
+  CHECK(contains(eval_run.err, "leap eval --run: no store at " + other));
+  CHECK_FALSE(std::filesystem::exists(other));
 }
 
 TEST_CASE("cli: leap version reports version, commit, LibTorch, CUDA and NVRTC") {

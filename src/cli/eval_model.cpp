@@ -63,6 +63,9 @@ std::vector<int64_t> parse_levels(const std::string& text) {
 }  // namespace
 
 int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptions& g) {
+  // --run reads a run from an existing store: none is created for it (as --resume and report).
+  if (!a.run.empty() && !std::filesystem::exists(g.db))
+    throw UsageError("leap eval --run: no store at " + g.db + " (give --db PATH)");
   store::Store db(g.db);
   std::string model_dir = a.model;
   std::optional<std::string> run_id;
