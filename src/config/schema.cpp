@@ -340,8 +340,10 @@ const Field* find_field(const std::string& path) {
 std::string describe_type(const Field& f) {
   std::string range;
   if (f.min || f.max) {
-    range = fmt::format(" in {}{}, {}]", f.min_exclusive ? "(" : "[", fmt_num(f.min.value_or(-kInf)),
-                        fmt_num(f.max.value_or(kInf)));
+    // An open end is ")": infinity itself is never a value (non-finite numbers are refused).
+    const bool open_low = !f.min || *f.min <= -kInf, open_high = !f.max || *f.max >= kInf;
+    range = fmt::format(" in {}{}, {}{}", f.min_exclusive || open_low ? "(" : "[", fmt_num(f.min.value_or(-kInf)),
+                        fmt_num(f.max.value_or(kInf)), open_high ? ")" : "]");
   }
   switch (f.type) {
     case FieldType::Bool: return "true or false";
