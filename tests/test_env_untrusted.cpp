@@ -319,6 +319,27 @@ TEST_CASE("env sandbox: an answer cannot renice or re-pin another process, nor l
   CHECK(r.verdict == env::Verdict::correct);
 }
 
+namespace {
+
+/// Compile options for the env compile tests: a cache under `dir`, -O1 (the 2-core test machine).
+env::CpuBackendOptions compile_options(const test::TempDir& dir) {
+  env::CpuBackendOptions o;
+  o.cache_dir = (dir.path / "cache").string();
+  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
+  return o;
+}
+
+/// The env compile tests' task: y = copy of x, N = 16.
+env::TaskInterface copy_task() {
+  env::TaskInterface task;
+  task.inputs = {{"x", env::DType::float32, {"N"}}};
+  task.outputs = {{"y", env::DType::float32, {"N"}}};
+  task.sizes = {{"N", 16}};
+  return task;
+}
+
+}  // namespace
+
 TEST_CASE("env compile: a compiler killed or out of memory is not cached, the code's own error is") {
   test::TempDir dir;
   const fs::path cc = dir.path / "bin" / "fakecc";
@@ -327,15 +348,10 @@ TEST_CASE("env compile: a compiler killed or out of memory is not cached, the co
     std::ofstream(cc) << "#!/bin/sh\nif [ \"$1\" = --version ]; then exec g++ --version; fi\n" << body << "\n";
     fs::permissions(cc, fs::perms::owner_all);
   };
-  env::CpuBackendOptions o;
-  o.cache_dir = (dir.path / "cache").string();
+  env::CpuBackendOptions o = compile_options(dir);
   o.compiler = cc.string();
-  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
   o.sandbox = env::SandboxMode::off;  // the script lives in a temporary folder
-  env::TaskInterface task;
-  task.inputs = {{"x", env::DType::float32, {"N"}}};
-  task.outputs = {{"y", env::DType::float32, {"N"}}};
-  task.sizes = {{"N", 16}};
+  const env::TaskInterface task = copy_task();
   const std::string code = "#include <cstdint>\nextern \"C\" void copy(const float* x, float* y, int64_t n) {\n"
                            "  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
   write_compiler("exec g++ \"$@\"");
@@ -397,15 +413,10 @@ TEST_CASE("env compile: a compiler killed or out of memory is not cached, the co
   CHECK_FALSE(env::compile_failure_is_the_answers(r));
 }
 
-TEST_CASE("env compile: an honest failure that quotes host words is cached; remembered host failures stay bounded") {
+TEST_CASE("env compile: an honest failure that quotes host words is cached, remembered host failures stay bounded") {
   test::TempDir dir;
-  env::CpuBackendOptions o;
-  o.cache_dir = (dir.path / "cache").string();
-  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
-  env::TaskInterface task;
-  task.inputs = {{"x", env::DType::float32, {"N"}}};
-  task.outputs = {{"y", env::DType::float32, {"N"}}};
-  task.sizes = {{"N", 16}};
+  env::CpuBackendOptions o = compile_options(dir);
+  const env::TaskInterface task = copy_task();
   const std::string tail = "extern \"C\" void copy(const float* x, float* y, int64_t n) {\n  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
   {
     // The real compiler: a wrong answer whose failing line holds "fork:" and "out of memory".
@@ -457,13 +468,8 @@ TEST_CASE("env compile: a failure whose log only looks like the host's is rememb
   // each resubmission cost a full compile). Such a failure is remembered by the backend for
   // host_failure_memory_s: no second compiler run within it, another after it, none on disk.
   test::TempDir dir;
-  env::CpuBackendOptions o;
-  o.cache_dir = (dir.path / "cache").string();
-  o.flags = {"-O1", "-fPIC", "-shared", "-Wl,--no-undefined"};
-  env::TaskInterface task;
-  task.inputs = {{"x", env::DType::float32, {"N"}}};
-  task.outputs = {{"y", env::DType::float32, {"N"}}};
-  task.sizes = {{"N", 16}};
+  env::CpuBackendOptions o = compile_options(dir);
+  const env::TaskInterface task = copy_task();
   const std::string code =
       "#include <cstdint>\nstatic_assert(sizeof(int) == 0, \"x\\ng++: fatal error: Killed signal terminated program cc1plus\");\n"
       "extern \"C\" void copy(const float* x, float* y, int64_t n) {\n  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
