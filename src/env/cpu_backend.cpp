@@ -129,10 +129,6 @@ std::set<std::string> list_exports(const fs::path& work, const std::string& so_n
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 /// True when `line` of a compiler's log is text the answer chose: a quoted source line or caret
 /// line (`   12 | code`, `      |   ^~~`), a diagnostic located in a source file (its message
 /// quotes the code: `#error`, a static_assert message, a missing header's name), a context line

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-
 #include "env/compare_scan.hpp"
 
 #include <algorithm>

@@ -133,12 +133,9 @@ void read_rope(const json& j, ModelConfig& c, const std::string& src) {
   }
 }
 
-}  // namespace
-
-
 /// Values a forward cannot use (a red team's rope_theta -1 gave garbage, rms_norm_eps -1 empty
 /// output, both silently): refused naming the key.
-static void check_ranges(const ModelConfig& c, const std::string& src) {
+void check_ranges(const ModelConfig& c, const std::string& src) {
   auto positive = [&](double v, const char* key) {
     if (!(v > 0) || !std::isfinite(v)) fail(src, std::string("key \"") + key + "\" must be a positive number, got " + std::to_string(v));
   };
@@ -157,6 +154,8 @@ static void check_ranges(const ModelConfig& c, const std::string& src) {
   if (std::find(std::begin(kDtypes), std::end(kDtypes), c.torch_dtype) == std::end(kDtypes))
     fail(src, "key \"torch_dtype\" is \"" + c.torch_dtype + "\" (supported: float32, float16, bfloat16)");
 }
+
+}  // namespace
 
 ModelConfig parse_model_config(std::string_view text, const std::string& src) {
   json j = parse_json(text, src);
