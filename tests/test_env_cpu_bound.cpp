@@ -204,6 +204,29 @@ TEST_CASE("env cpu bound: the same code graded side by side runs one CPU-time ch
   CHECK(ran + read <= 2);
 }
 
+TEST_CASE("env cpu bound: the parent copies the checked runs of a check job, none of its no-op jobs") {
+  // A no-op's outputs are never checked: copying its runs' outputs too (as the check job's sample)
+  // was a third of the parent's page faults. Its worker's side is unchanged: the same runs, counted.
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");  // one output; 23 timed runs fit the every-run check
+  const std::string answer = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  const env::PoolStats before = rig.pool->stats();
+  EvalResult r = rig.verifier->evaluate(task, answer);
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == Verdict::correct);
+  CHECK_FALSE(r.suspicious);
+  const env::PoolStats after = rig.pool->stats();
+  REQUIRE(r.details.count("cpu_check_jobs") == 1);
+  const int checks = std::stoi(r.details.at("cpu_check_jobs"));
+  const int runs = std::stoi(r.details.at("cpu_check_runs"));
+  CAPTURE(checks);
+  CAPTURE(runs);
+  // Each check job copied its sample (check_job_sample, 128, or every run of a smaller job); with
+  // the no-op jobs' copies it was three times that.
+  CHECK(after.snapshot_copies - before.snapshot_copies == static_cast<int64_t>(checks) * std::min(runs, 128));
+  CHECK(rig.forgery->big_jobs.load() == 3 * checks);  // each check job still between two no-op jobs
+}
+
 TEST_CASE("env cpu bound: a CPU-time check job that makes fewer runs than it was asked for fails") {
   Rig rig;
   RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");

@@ -234,11 +234,11 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
 
 /// The parent's copies after run `run` of a job with RunRequest::parent_snapshots: the outputs of
 /// the run's input set into the snapshot tensors (or the parent's own snapshot store), if the run
-/// is a checked one.
-void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, int run) {
+/// is a checked one. Returns how many tensors it copied.
+int copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, int run) {
   if (request.sample && request.snapshot_store) {  // drawn now that the run is done
     const int slot = request.sample->offer(run);
-    if (slot < 0) return;
+    if (slot < 0) return 0;
     const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
     const auto& outputs = request.sample->outputs();
     for (size_t j = 0; j < outputs.size(); ++j) {
@@ -247,10 +247,10 @@ void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffe
       request.snapshot_store->at(static_cast<size_t>(slot) * outputs.size() + j)
           .assign(from, from + plan.tensors.at(src).bytes());
     }
-    return;
+    return static_cast<int>(outputs.size());
   }
   const Snapshot* snap = snapshot_for_run(request, run);
-  if (!snap) return;
+  if (!snap) return 0;
   const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
   for (const auto& [position, dst] : snap->copies) {
     const size_t src = rotated_tensor(request, set, position);
@@ -262,6 +262,7 @@ void copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffe
       std::memcpy(buffers.data(static_cast<size_t>(dst)), buffers.data(src), bytes);
     }
   }
+  return static_cast<int>(snap->copies.size());
 }
 
 std::string signal_text(int sig) {
@@ -596,6 +597,7 @@ struct WorkerPool::Exchange {
   Watched watched;             ///< how the last wait ended
   std::string reply;           ///< the reply frame, when watched.r == Recv::ok
   int reported_runs = 0;       ///< runs the worker reported one by one (parent_snapshots)
+  int64_t copies = 0;          ///< output tensors the parent copied out of the job (copy_snapshot)
   int most_runs = 0;           ///< the most runs the job allows
   bool out_of_order_run = false;  ///< it reported a run out of order, or too many
 };
@@ -729,7 +731,7 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
       x.out_of_order_run = true;
       return;
     }
-    for (int run = x.reported_runs; run <= t; ++run) copy_snapshot(request, plan, buffers, run);
+    for (int run = x.reported_runs; run <= t; ++run) x.copies += copy_snapshot(request, plan, buffers, run);
     x.reported_runs = t + 1;
     x.reply.clear();
     watch_start.excused_s += std::chrono::duration<double>(Clock::now() - parent_from).count();
@@ -883,6 +885,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
   {
     std::lock_guard<std::mutex> lock(stats_mutex_);
     ++stats_.jobs;
+    stats_.snapshot_copies += x.copies;
     stats_.job_s += std::chrono::duration<double>(Clock::now() - x.start).count();
   }
   // 4. The outcome: the checked reply, or what stopped the worker.

@@ -78,6 +78,9 @@ struct PoolStats {
   double wait_s = 0;    ///< wall seconds run() waited for a worker to be ready (on the caller's path)
   int64_t jobs = 0;     ///< jobs run
   double job_s = 0;     ///< wall seconds from sending a job to its outcome, summed
+  /// Output tensors the parent copied out of jobs (RunRequest::parent_snapshots: the checked
+  /// runs' outputs, into its own memory).
+  int64_t snapshot_copies = 0;
 };
 
 /// A pool of worker processes for one backend. Thread-safe: concurrent run() calls use
