@@ -577,6 +577,40 @@ TEST_CASE("env: a launch naming an unknown kernel is a launch_error") {
 
 TEST_SUITE_END();
 
+TEST_CASE("env: a no-op job loads no code, so its worker serves on; an answer's job retires its worker") {
+  // The CPU-time bound's baseline (RunRequest::noop): every launch calls the worker's own empty
+  // kernel and nothing of an answer is loaded, so the worker is as fresh after it as before and
+  // takes the next job (a cpu evaluation's no-op jobs were 2 of its 4.6 worker processes).
+  TempDir dir;
+  auto backend = make_backend(dir);
+  WorkerPool pool(backend, pool_opts(1, 10));
+  const int64_t n = 64;
+  auto task = vadd_task(n);
+  auto good = prepare(*backend, task, kVaddCode, kVaddPlan);
+  fill_inputs(*good.buffers, n);  // c is NaN
+  RunRequest noop;
+  noop.noop = true;
+  noop.trials = 3;
+  pool.wait_for_starts();
+  const std::vector<pid_t> before = pool.pids();
+  REQUIRE(before.size() == 1);
+  RunOutcome a = pool.run(Artifact{}, good.bound, *good.buffers, noop);
+  CAPTURE(a.message);
+  REQUIRE(a.ok());
+  CHECK(a.runs.size() == 3);
+  CHECK(a.job_cpu_ms >= 0);
+  for (int64_t i = 0; i < n; ++i) REQUIRE(std::isnan(good.buffers->as<float>(2)[i]));  // nothing computed c
+  CHECK(pool.pids() == before);  // the same process, ready for the next job
+  CHECK(pool.replacements() == 0);
+  // The answer's code in that worker: loaded from the artifact as in a fresh one, then retired.
+  RunOutcome b = pool.run(good.compiled.artifact, good.bound, *good.buffers);
+  CAPTURE(b.message);
+  REQUIRE(b.ok());
+  check_vadd_outputs(*good.buffers, n);
+  CHECK(pool.replacements() == 1);
+  CHECK(pool.pids() != before);
+}
+
 TEST_CASE("env: with cpu_time_limit a loaded machine does not turn a slow but correct job into a timeout") {
   // The test process and the worker share one core (affinity is inherited by the fork) with two
   // busy threads, so the worker gets about a third of it: a job that needs 0.5 s of CPU takes about

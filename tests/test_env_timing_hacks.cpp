@@ -814,7 +814,7 @@ TEST_CASE("env timing: work done beside the timed calls is timed by the job's CP
   CHECK(r.candidate_ms > 0.5 * 30.0 / runs);
 }
 
-TEST_CASE("env timing: the no-op baseline is built for any kernel name the plan allows (main included)") {
+TEST_CASE("env timing: the no-op baseline serves any kernel name the plan allows (main included)") {
   auto r = grade("relu",
                  relu_answer("extern \"C\" int main(const float* x, float* y, int64_t n) {\n"
                              "  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0;\n  return 0;\n}\n",

@@ -102,6 +102,11 @@ struct RunRequest {
   /// then neither read which runs are checked nor claim runs it did not make (the parent counts
   /// them). Issue "Environment V".
   bool parent_snapshots = false;
+  /// A no-op job (cpu backend): every launch calls the worker's own empty kernel instead of the
+  /// artifact's (none is loaded or sent), the rest of the job as asked: what a job costs besides
+  /// the code, the CPU-time bound's baseline. A worker that ran only such jobs has run no code of
+  /// an answer, so it may serve the next job (WorkerPool).
+  bool noop = false;
   /// With `parent_snapshots`: the worker reports after every `report_every`-th run and after its
   /// last, and the parent copies the snapshots of all the runs since its previous report. More
   /// than 1 only for a fixed schedule (no time box, warmup_ms or min_timed_ms: the worker knows

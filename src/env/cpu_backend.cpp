@@ -452,6 +452,11 @@ double monotonic_ms_cost() {
   return std::max(0.0, best);
 }
 
+/// A no-op job's kernel and trampoline (RunRequest::noop): a call that returns at once, made as
+/// the answer's calls are (through a trampoline, from run_launches).
+[[gnu::noinline]] void noop_kernel() { asm volatile(""); }
+void noop_trampoline(void* fn, const LeapCpuArg*) { reinterpret_cast<void (*)()>(fn)(); }
+
 /// A launch resolved in the loaded code: the kernel, its signature's trampoline, and one argument
 /// list per rotation of the input sets.
 struct PreparedLaunch {
@@ -462,6 +467,7 @@ struct PreparedLaunch {
 
 /// Resolves every launch of `plan` in `handle` (a launch_error in `out` and false when a kernel or
 /// trampoline is missing) with its arguments bound to `tensors` for each of `n_rot` rotations.
+/// A null `handle` (a no-op job) binds every launch to noop_kernel.
 bool prepare_launches(void* handle, const BoundPlan& plan, const std::vector<void*>& tensors, const RunRequest& request,
                       size_t n_rot, std::vector<PreparedLaunch>& launches, RunOutcome& out) {
   auto tensor_ptr = [&](size_t rot, int t) -> void* {
@@ -471,7 +477,7 @@ bool prepare_launches(void* handle, const BoundPlan& plan, const std::vector<voi
   for (size_t li = 0; li < plan.launches.size(); ++li) {
     const BoundLaunch& l = plan.launches[li];
     PreparedLaunch p{};
-    p.fn = dlsym(handle, l.kernel.c_str());
+    p.fn = handle ? dlsym(handle, l.kernel.c_str()) : reinterpret_cast<void*>(&noop_kernel);
     if (!p.fn) {
       out.verdict = Verdict::launch_error;
       out.failed_launch = static_cast<int>(li);
@@ -479,7 +485,7 @@ bool prepare_launches(void* handle, const BoundPlan& plan, const std::vector<voi
                     "': the compiled code has no extern \"C\" function of that name";
       return false;
     }
-    p.tramp = reinterpret_cast<Trampoline>(dlsym(handle, trampoline_name(l.signature).c_str()));
+    p.tramp = handle ? reinterpret_cast<Trampoline>(dlsym(handle, trampoline_name(l.signature).c_str())) : &noop_trampoline;
     if (!p.tramp) {
       out.verdict = Verdict::launch_error;
       out.failed_launch = static_cast<int>(li);
@@ -567,13 +573,17 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
                                const std::vector<void*>& tensors, const RunRequest& request,
                                std::atomic<int>* current_launch) {
   RunOutcome out;
-  // 1. The compiled code, loaded; every launch resolved in it.
-  void* handle = dlopen(artifact.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    out.verdict = Verdict::launch_error;
-    const char* e = dlerror();
-    out.message = std::string("the compiled code could not be loaded: ") + (e ? e : "unknown error");
-    return out;
+  // 1. The compiled code, loaded; every launch resolved in it. A no-op job loads none (its
+  // launches call noop_kernel), so its worker has still run nothing of an answer's.
+  void* handle = nullptr;
+  if (!request.noop) {
+    handle = dlopen(artifact.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      out.verdict = Verdict::launch_error;
+      const char* e = dlerror();
+      out.message = std::string("the compiled code could not be loaded: ") + (e ? e : "unknown error");
+      return out;
+    }
   }
   struct Closer {
     void* h;
@@ -581,7 +591,7 @@ RunOutcome CpuBackend::execute(const Artifact& artifact, const BoundPlan& plan,
       if (h) dlclose(h);
     }
   } closer{keep_loaded_ ? nullptr : handle};
-  loaded_ = true;
+  if (handle) loaded_ = true;
   const size_t n_rot = std::max<size_t>(1, request.rotations.size());
   std::vector<PreparedLaunch> launches;
   if (!prepare_launches(handle, plan, tensors, request, n_rot, launches, out)) return out;

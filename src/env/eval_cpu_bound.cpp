@@ -61,9 +61,6 @@ void skip_parent_copies(RunRequest& request) {
 }  // namespace
 
 void Evaluation::prepare_cpu_bound() {
-  // The no-op is compiled before anything is timed (a compile just before a timing window made
-  // that timing measurably different), once per plan shape (cached by the compile cache).
-  if (reference_on_device_) noop_ = v_.backend_->compile(noop_source(plan_), plan_);
   // What a CPU-time check job measured is a property of the code, its plan and the task (the same
   // program costs the same CPU a run): kept per verifier, so an answer graded again (RL samples
   // repeat) is bounded by it without another check job.
@@ -73,22 +70,24 @@ void Evaluation::prepare_cpu_bound() {
 
 // The no-op's job runs just before the candidate's (outside the timing window, as a correctness
 // run): each candidate timing then follows a job of the same shapes (a timing right after one ran
-// measurably faster than a first one, by the state of the memory it leaves).
+// measurably faster than a first one, by the state of the memory it leaves). Its launches call
+// the worker's own empty kernel (RunRequest::noop: no code loaded, so the worker serves on).
 RunOutcome Evaluation::run_baseline(bool strict, int fixed_runs) {
   RunOutcome base;
-  if (!noop_ || !noop_->ok) return base;  // (set on the cpu backend only)
+  if (!reference_on_device_) return base;  // (the cpu backend only)
   std::shared_lock<DeviceLock> shared(v_.device_lock_);  // like a correctness run: never inside a timing window
   return retry_once_on_infra(
       [&](int) {
         TimingJob job = prepare_job(strict, fixed_runs);
         skip_parent_copies(job.request);
-        return v_.pool_->run(noop_->artifact, job.plan, *job.buf, job.request);
+        job.request.noop = true;
+        return v_.pool_->run(Artifact{}, job.plan, *job.buf, job.request);
       },
       infra_retries_);
 }
 
 CpuUse Evaluation::cpu_use_of(const RunOutcome& base, const RunOutcome& cand) const {
-  return env::cpu_use(base, cand, noop_ && noop_->ok, run_failure_text(base));
+  return env::cpu_use(base, cand, reference_on_device_, run_failure_text(base));
 }
 
 bool Evaluation::cpu_over(const CpuUse& use, double reported) const {
@@ -183,7 +182,7 @@ std::optional<EvalResult> Evaluation::cpu_check(bool strict, int n, CpuUse& use,
 // gone from the next; a forged time trips every one.
 std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJob& job, double reported,
                                                       double ref_ms, CpuUse& use) {
-  if (!(noop_ && noop_->ok && reference_on_device_)) return std::nullopt;
+  if (!reference_on_device_) return std::nullopt;
   const int main_runs = static_cast<int>(job.run.runs.size());
   // How many runs a CPU-time check job may make: kResolveMaxRuns, the snapshot memory, the
   // reference time the parent spends checking them.

@@ -80,17 +80,6 @@ std::string inputs_text(const RuntimeTask& task, int seed_index) {
   return s;
 }
 
-std::string noop_source(const LaunchPlan& plan) {
-  std::vector<std::string> names;
-  for (const auto& l : plan.launches) names.push_back(l.kernel);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  std::string s = "// leap: a no-op in place of the candidate, to measure what a timing job costs besides it\n";
-  for (const auto& n : names)
-    s += "asm(\".text\\n.globl " + n + "\\n.type " + n + ", @function\\n" + n + ":\\n  ret\\n.size " + n + ", .-" + n + "\\n\");\n";
-  return s;
-}
-
 std::vector<std::vector<int>> add_rotated_sets(BoundPlan& plan, size_t count, int R) {
   std::vector<int> identity(plan.tensors.size());
   for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);

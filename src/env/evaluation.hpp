@@ -50,10 +50,6 @@ torch::Tensor read_bytes_tensor(const std::vector<std::byte>& bytes, const Bound
 std::string run_failure_text(const RunOutcome& r);
 /// "x: declared distribution, w: fixed values, ..." for correctness seed `seed_index` of `task`.
 std::string inputs_text(const RuntimeTask& task, int seed_index);
-/// Source of a no-op for `plan`'s kernels (cpu backend): each kernel a global symbol on a bare
-/// `ret`, in assembly, so any name the plan allows compiles. Its timing job costs the worker what
-/// a job costs besides the candidate's calls.
-std::string noop_source(const LaunchPlan& plan);
 /// Rotated input/output sets for a timing job: R - 1 renamed copies ("name#r") of the plan's
 /// first `count` tensors are appended to `plan`; returns rotation r's tensor index for every
 /// position (identity for the positions not copied and for r = 0).
@@ -225,7 +221,6 @@ class Evaluation {
   size_t out_bytes_ = 0;                ///< one set's outputs
   std::string reference_device_ = "cpu";
   std::vector<double> cand_launch_ms_;  ///< per launch, from the first timing job's warm-up
-  std::optional<CompileOutcome> noop_;  ///< the no-op (cpu backend)
   std::string cpu_note_;
   CpuUse cpu_use_;  ///< the last measurement's CPU a run (for a suspicious result's payout)
   std::string check_key_;  ///< code, plan, task and threads: the CPU-check table's key

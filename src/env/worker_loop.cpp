@@ -161,8 +161,10 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       fds.resize(1);
       // Memory: this process's size now (its code, its tensors) plus the limit, plus room for
       // thread stacks and malloc arenas (reserved address space, not memory); the pool watches
-      // the resident memory against the limit itself.
-      if (ctx.memory_limit_bytes > 0) {
+      // the resident memory against the limit itself. Not for a no-op job (no code of an
+      // answer): a hard limit set now could not be raised for the next job, whose tensors may
+      // be larger.
+      if (ctx.memory_limit_bytes > 0 && !req.noop) {
         const int64_t now = std::max(own_vm_bytes(), ctx.base_vm_bytes + static_cast<int64_t>(total));
         const rlim_t want = static_cast<rlim_t>(now + ctx.memory_limit_bytes + ctx.memory_limit_bytes / 4 + (int64_t(1) << 30));
         rlimit cur{};

@@ -655,7 +655,7 @@ void WorkerPool::send_job(size_t slot, std::unique_ptr<Worker>& w, const Artifac
   // The artifact travels as an open file: a sandboxed worker sees no host path.
   std::vector<int> attach{buffers.fd()};
   int art_fd = -1;
-  if (w->zygote_child && !request.reference && !artifact.path.empty()) {
+  if (w->zygote_child && !request.reference && !request.noop && !artifact.path.empty()) {
     art_fd = open(artifact.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (art_fd >= 0) attach.push_back(art_fd);
   }
@@ -900,9 +900,12 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
     out = failed_job_outcome(*w, plan, request, x);
   out.runs_counted = request.parent_snapshots ? x.reported_runs : -1;
   // 5. The worker back to its slot, or retired and replaced in the background (the caller goes
-  // on at once).
-  ++w->jobs;
-  if (dead || backend_->worker_serves_one_job() || (options_.max_jobs_per_worker > 0 && w->jobs >= options_.max_jobs_per_worker)) {
+  // on at once). A no-op job ran no code of an answer (RunRequest::noop): its worker serves on,
+  // as fresh as it was (a cpu evaluation's no-op jobs were 2 of its 4.6 worker processes).
+  if (!request.noop) ++w->jobs;
+  const bool spent = !request.noop && (backend_->worker_serves_one_job() ||
+                                       (options_.max_jobs_per_worker > 0 && w->jobs >= options_.max_jobs_per_worker));
+  if (dead || spent) {
     retire(*w, true);
     ++replacements_;
     w.reset();
