@@ -577,7 +577,7 @@ TEST_CASE("env: a launch naming an unknown kernel is a launch_error") {
 
 TEST_SUITE_END();
 
-TEST_CASE("env: a no-op job loads no code, so its worker serves on; an answer's job retires its worker") {
+TEST_CASE("env: a no-op job loads no code, so its worker serves on, and an answer's job retires its worker") {
   // The CPU-time bound's baseline (RunRequest::noop): every launch calls the worker's own empty
   // kernel and nothing of an answer is loaded, so the worker is as fresh after it as before and
   // takes the next job (a cpu evaluation's no-op jobs were 2 of its 4.6 worker processes).
