@@ -173,6 +173,71 @@ TEST_CASE("env cpu bound: a short kernel's forged times are seen by a CPU-time c
   CHECK(again.candidate_ms > 0.4 * honest_cpu);
 }
 
+namespace {
+
+/// `answer` with an unused scratch buffer of `floats` float32 declared in its launch plan.
+std::string with_scratch(std::string answer, int64_t floats) {
+  const size_t at = answer.find("```yaml\nlaunches:");
+  REQUIRE(at != std::string::npos);
+  answer.insert(at + 8, "scratch:\n  pad: {dtype: float32, shape: [" + std::to_string(floats) + "]}\n");
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("env cpu bound: a large unused scratch hides no forged time, since the parent zero-fills it") {
+  // A red team (2026-12-07): matmul forged 10x (its timed calls' start moved forward) with an
+  // unused 256-MiB scratch declared. The worker zero-filled the scratch before every run, in the
+  // CPU the bound reads, for the job and its no-op alike: 8 ms a run with milliseconds of noise,
+  // and 5% of it allowed, so the code's own CPU disappeared (-1 to -3 ms a run) and 4.4-9.4x was
+  // paid unflagged against an honest 0.5x. The parent now zero-fills it between runs.
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/matmul_square"), "cpu");
+  const std::string answer =
+      with_scratch(leap::test::read_file(kStarter + "/matmul_square/solutions/cpu_ikj.md"), int64_t(1) << 26);
+  EvalResult honest = rig.verifier->evaluate(task, answer);
+  CAPTURE(honest.feedback);
+  REQUIRE(honest.verdict == Verdict::correct);
+  CHECK_FALSE(honest.suspicious);
+  // The no-op's CPU a run holds no zero-fill of 256 MiB (over 5 ms of memset here).
+  REQUIRE(honest.details.count("cpu_noop_ms_per_run") == 1);
+  CHECK(std::stod(honest.details.at("cpu_noop_ms_per_run")) < 1.0);
+  const double honest_cpu = std::stod(honest.details.at("cpu_ms_per_run"));
+  CHECK(honest_cpu > 0.5 * honest.candidate_ms);  // the code's own CPU, not lost in noise
+
+  Rig fresh;
+  fresh.forgery->divide_by = 10;
+  EvalResult forged = fresh.verifier->evaluate(task, answer);
+  CAPTURE(forged.feedback);
+  REQUIRE(forged.verdict == Verdict::correct);
+  CHECK(forged.suspicious);
+  CHECK(forged.details.count("cpu_bound") == 1);
+  CHECK(forged.candidate_ms > 0.4 * honest.candidate_ms);
+}
+
+TEST_CASE("env cpu bound: a scratch too large for enough check runs leaves a short kernel timed by its CPU") {
+  // relu's few-us calls need about a thousand check runs to resolve a forged time; a 1-GiB
+  // scratch, zero-filled after every run, allows 16 (kResolveScratchBytes): the candidate is then
+  // charged at least its measured CPU a run, and a fifth of its time reported is not paid.
+  Rig rig;
+  RuntimeTask task(tasks::load_task(kStarter + "/relu"), "cpu");
+  const std::string plain = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  EvalResult honest = rig.verifier->evaluate(task, plain);
+  CAPTURE(honest.feedback);
+  REQUIRE(honest.verdict == Verdict::correct);
+  const double honest_cpu = std::stod(honest.details.at("cpu_ms_per_run"));
+
+  Rig fresh;
+  fresh.forgery->divide_by = 5;
+  EvalResult forged = fresh.verifier->evaluate(task, with_scratch(plain, int64_t(1) << 28));
+  CAPTURE(forged.feedback);
+  CAPTURE(honest_cpu);
+  REQUIRE(forged.verdict == Verdict::correct);
+  CHECK(forged.details.count("cpu_check_capped") + forged.details.count("cpu_bound") >= 1);
+  CHECK(forged.candidate_ms > 0.3 * honest_cpu);
+  CHECK(std::stod(forged.details.at("cpu_noop_ms_per_run")) < 1.0);
+}
+
 TEST_CASE("env cpu bound: the same code graded side by side runs one CPU-time check at a time, the second reads its result") {
   // A group's repeated samples are graded at once by its grading threads: the same code's check
   // (three jobs of hundreds of runs) ran in each, side by side; now the second waits for the

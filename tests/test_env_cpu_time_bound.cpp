@@ -180,6 +180,15 @@ TEST_CASE("env cpu-time bound: a suspicious result is paid at most what its meas
   CHECK(suspicious_payout(10.0, 10.0, CpuUse{}, 1) == 10.0);
   use.own_ms = std::numeric_limits<double>::infinity();
   CHECK(suspicious_payout(10.0, 10.0, use, 1) == 10.0);
-  use.own_ms = 0;
+  use.own_ms = 0;  // within the noise of 100 runs of a no-op of no CPU: 0.02 ms resolved, 500x
   CHECK(suspicious_payout(10.0, 10.0, use, 1) == 10.0);
+  // Below the no-op's CPU (a red team's forged 70x whose job and no-op zero-filled a 256-MiB
+  // scratch, 8 ms a run): charged what the bound resolves, 2 ms / 23 runs + 5% of the no-op,
+  // so a 1-ms reference pays 2.05x, not the threshold.
+  use.runs = 23;
+  use.noop_ms = 8.0;
+  use.own_ms = -2.86;
+  CHECK(cpu_resolution(use) == doctest::Approx(2.0 / 23 + 0.4));
+  CHECK(suspicious_payout(10.0, 1.0, use, 1) == doctest::Approx(1.0 / (2.0 / 23 + 0.4)));
+  CHECK(suspicious_payout(10.0, 1.0, use, 2) == doctest::Approx(2.0 / (2.0 / 23 + 0.4)));
 }

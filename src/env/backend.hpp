@@ -102,6 +102,13 @@ struct RunRequest {
   /// then neither read which runs are checked nor claim runs it did not make (the parent counts
   /// them). Issue "Environment V".
   bool parent_snapshots = false;
+  /// Multi-run jobs of the cpu backend whose plan has scratch: the parent zero-fills the scratch
+  /// between runs (the worker reports each run, as with `parent_snapshots` and `report_every` 1,
+  /// and waits for the parent's "go"), so the zero-fill is no CPU of the worker's. Zero-filled by
+  /// the worker (before 2026-12-07) it was in the CPU the bound measures, job and no-op alike, with
+  /// noise of milliseconds a run for a large scratch: code that declared an unused 256-MiB scratch
+  /// hid a timer forged 10-15x inside that noise (a red team: 0.5x honest, paid 4.4-9.4x).
+  bool parent_zeroes_scratch = false;
   /// A no-op job (cpu backend): every launch calls the worker's own empty kernel instead of the
   /// artifact's (none is loaded or sent), the rest of the job as asked: what a job costs besides
   /// the code, the CPU-time bound's baseline. A worker that ran only such jobs has run no code of
@@ -136,6 +143,9 @@ struct RunRequest {
   /// every run were a job of its own: a correctness job of several seeds, where a pooled limit
   /// let a first call that never returns hold the grader for every seed's time (a red team).
   bool timeout_per_run = false;
+  /// True when the worker reports its runs to the parent as it makes them and waits for its "go"
+  /// after each report (parent_snapshots or parent_zeroes_scratch).
+  bool reports_runs() const { return parent_snapshots || parent_zeroes_scratch; }
   /// Worker side only (never sent): called after each run, outside the timed region, once the
   /// backend's own copies are made; false stops the job (the parent is gone).
   std::function<bool(int run)> on_run_done;

@@ -520,7 +520,9 @@ void prepare_run(const BoundPlan& plan, const std::vector<void*>& tensors, const
     const BoundTensor& bt = plan.tensors.at(ti);
     if (bt.role == TensorRole::output) poison(tensors.at(ti), bt.bytes(), bt.dtype);
   }
-  for (size_t ti = 0; ti < plan.tensors.size(); ++ti)  // scratch is one buffer for every set
+  // Scratch is one buffer for every set; with parent_zeroes_scratch the parent zero-filled it
+  // while this worker waited after the previous run (no CPU of this process's).
+  for (size_t ti = 0; ti < plan.tensors.size() && !request.parent_zeroes_scratch; ++ti)
     if (plan.tensors[ti].role == TensorRole::scratch && plan.tensors[ti].bytes())
       std::memset(tensors.at(ti), 0, plan.tensors[ti].bytes());
   apply_rewrites(rewrites_for_run(request, targets, run), tensors);

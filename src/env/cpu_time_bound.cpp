@@ -89,9 +89,14 @@ double charged_ms(const CpuUse& use, int threads) {
   return ms;
 }
 
+double cpu_resolution(const CpuUse& use) {
+  return kCpuBoundSlackMs / std::max(1, use.runs) + kCpuNoiseFraction * use.noop_ms;
+}
+
 double suspicious_payout(double threshold, double ref_ms, const CpuUse& use, int threads) {
-  if (use.runs <= 0 || !std::isfinite(use.own_ms) || use.own_ms <= 0) return threshold;
-  const double cpu_ms = charged_ms(use, threads);
+  if (use.runs <= 0 || !std::isfinite(use.own_ms)) return threshold;
+  // At or below the no-op's CPU (the measurement's noise): charged what the bound resolves.
+  const double cpu_ms = use.own_ms > 0 ? charged_ms(use, threads) : cpu_resolution(use) / std::max(1, threads);
   return std::min(threshold, ref_ms / cpu_ms);
 }
 

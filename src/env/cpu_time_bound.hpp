@@ -93,11 +93,17 @@ bool cpu_over_by_threads(const CpuUse& use, double reported, int threads);
 /// CPU, 2x an honest answer).
 double charged_ms(const CpuUse& use, int threads);
 
+/// The least own CPU a run (ms) the bound tells from noise in `use`: kCpuBoundSlackMs / runs +
+/// kCpuNoiseFraction x noop_ms (cpu_limit's terms beside the reported time).
+double cpu_resolution(const CpuUse& use);
+
 /// What a suspicious result (a speedup above `threshold` twice) is paid (issue "Environment V",
 /// item 5): the threshold, and never more than an honest answer of the code's measured CPU a run
 /// would earn, `ref_ms` / (own_ms / threads). Within the bound's factor a forged time is not
-/// flagged by the CPU-time bound, so without this a forged 10x+ could still be paid 10x. The
-/// threshold alone when the CPU a run is unknown (no job made runs, unreadable, <= 0).
+/// flagged by the CPU-time bound, so without this a forged 10x+ could still be paid 10x. A CPU a
+/// run at or below zero (within the no-op's noise) counts as cpu_resolution: paid the threshold
+/// there, a red team's forged 70x with its CPU hidden in a large scratch's noise earned the whole
+/// 10x (2026-12-07). The threshold alone when the CPU a run is unknown (no job made runs, unreadable).
 double suspicious_payout(double threshold, double ref_ms, const CpuUse& use, int threads);
 
 }  // namespace leap::env

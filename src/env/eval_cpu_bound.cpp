@@ -37,9 +37,15 @@ constexpr double kResolveMs = 4 * kCpuBoundSlackMs;
 constexpr int kResolveMaxRuns = 4096;
 constexpr size_t kResolveSnapshotBytes = size_t(128) << 20;
 constexpr double kResolveReferenceMs = 250;
-/// ... and as many as zero-fill at most this much scratch (it is zero-filled before every run:
-/// an unused 1-GiB scratch made a relu's check jobs take 300 s, 2026-12-06).
-constexpr double kResolveScratchBytes = double(uint64_t(2) << 30);
+/// ... and as many as zero-fill at most this much scratch (the parent zero-fills it after every
+/// run, RunRequest::parent_zeroes_scratch: an unused 1-GiB scratch made a relu's 4096-run check
+/// jobs take 300 s, 2026-12-06). 16 GiB is about 0.6 s of memset here; a kernel that touches its
+/// whole scratch at 50 GB/s would need more than 25x this to reach the cap (kResolveMs / 16 GiB
+/// is 2 MB of scratch per us of reported time). Where the cap still binds (a scratch far larger
+/// than the code can use in its time), the candidate is charged at least its measured CPU a run
+/// (Evaluation::cpu_unresolved_): a red team's unused 256-MiB scratch capped the check job at 8
+/// runs under the old 2-GiB cap, none ran, and a forged time passed.
+constexpr double kResolveScratchBytes = double(uint64_t(16) << 30);
 /// How many times a bound that trips is measured again before the code is flagged (each a check
 /// job between two no-op jobs, or the timing job's runs again): noise that slows one job (a
 /// burst, or a slow spell of the machine) is rarely there for three; a forged time trips all.
@@ -106,6 +112,14 @@ void Evaluation::apply_cpu_bound(const CpuUse& use, double reported, double& can
   ok_.details["cpu_noop_ms_per_run"] = fmt_num(use.noop_ms);
   if (!cpu_over(use, reported)) {
     if (!why.empty()) ok_.details["cpu_bound_baseline"] = why;  // closed, but within the bound anyway
+    // Too few runs to tell a forged time from noise (the scratch capped the check job): timed by
+    // its CPU time where that is the longer, not flagged.
+    if (cpu_unresolved_ && std::isfinite(own) && env::charged_ms(use, threads) > cand_ms) {
+      cand_ms = env::charged_ms(use, threads);
+      cpu_note_ = "\nnote: the code's scratch is too large for enough CPU-time check runs to resolve its reported " +
+                  std::string("time (") + fmt_ms(reported) + " ms), so it is timed by its CPU time (" + fmt_ms(cand_ms) +
+                  " ms a run); a smaller scratch avoids this";
+    }
     return;
   }
   if (std::isfinite(own)) cand_ms = std::max(cand_ms, env::charged_ms(use, threads));
@@ -192,11 +206,15 @@ std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJ
   double scratch_bytes = 0;
   for (const BoundTensor& t : bound_.tensors)
     if (t.role == TensorRole::scratch) scratch_bytes += static_cast<double>(t.bytes());
+  const double needed = std::ceil(kResolveMs / std::max(reported, 1e-6));
+  // The answer chooses its scratch's size: a cap by it that keeps the check job from resolving
+  // the reported time leaves the candidate charged its measured CPU (apply_cpu_bound).
+  const bool scratch_caps =
+      scratch_bytes > 0 && std::floor(kResolveScratchBytes / scratch_bytes) < std::min(cap, needed);
   if (scratch_bytes > 0) cap = std::min(cap, std::floor(kResolveScratchBytes / scratch_bytes));
   const int max_check_runs = static_cast<int>(std::max(0.0, cap));
   const bool short_job = reported * main_runs < kResolveMs;
-  const int n_resolve =
-      static_cast<int>(std::min<double>(std::ceil(kResolveMs / std::max(reported, 1e-6)), max_check_runs));
+  const int n_resolve = static_cast<int>(std::min<double>(needed, max_check_runs));
   bool cached = false;
   int checks = 0;
   double check_s = 0;
@@ -257,6 +275,11 @@ std::optional<EvalResult> Evaluation::resolve_cpu_use(bool strict, const TimingJ
     }
   }
   if (cached || checks) ok_.details["cpu_check_runs"] = std::to_string(use.runs);
+  cpu_unresolved_ = scratch_caps && use.runs * reported < kResolveMs;
+  if (cpu_unresolved_)
+    ok_.details["cpu_check_capped"] = "the scratch (" + fmt_num(scratch_bytes / double(1 << 20)) +
+                                      " MiB, zero-filled every run) allows " + std::to_string(max_check_runs) +
+                                      " check runs of the " + fmt_num(needed) + " that resolve the reported time";
   return std::nullopt;
 }
 

@@ -103,8 +103,13 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   // run of a block writing its own output slot, so the parent copies the checked runs' outputs
   // once their block is done: one exchange per block, and no outputs kept that are not checked.
   const bool check_job = fixed_runs > 0 && reference_on_device_;
+  // With scratch (cpu backend), the parent zero-fills it after every run, so the runs are reported
+  // one by one (RunRequest::parent_zeroes_scratch).
+  bool has_scratch = false;
+  for (const BoundTensor& t : bound_.tensors) has_scratch = has_scratch || (t.role == TensorRole::scratch && t.bytes() > 0);
+  const bool zero_in_parent = reference_on_device_ && has_scratch;
   int block = 1;
-  if (check_job) {
+  if (check_job && !zero_in_parent) {
     const size_t fit = std::min<size_t>(kMaxBlockRuns, kBlockSlotBytes / std::max<size_t>(1, out_bytes_));
     block = R * std::max(1, std::min(static_cast<int>(fit), fixed_runs) / R);
     add_output_slots(tplan, job.rotations, n_in_, n_out_, block);
@@ -156,6 +161,7 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
   // (WorkerPool, RunRequest::parent_snapshots).
   treq.parent_snapshots = reference_on_device_ && (check_job || sampled || !every_run);
   treq.report_every = block;
+  treq.parent_zeroes_scratch = zero_in_parent;
   if (worker_sampled) {
     // Slot tensors: shared memory, and device memory on cuda.
     const size_t slots = sample_slots(kCheckEveryRunBytes, out_bytes_, max_runs_, o_.checked_runs);

@@ -223,6 +223,9 @@ class Evaluation {
   std::vector<double> cand_launch_ms_;  ///< per launch, from the first timing job's warm-up
   std::string cpu_note_;
   CpuUse cpu_use_;  ///< the last measurement's CPU a run (for a suspicious result's payout)
+  /// The scratch's zero-fill capped the CPU-time check job below the runs that resolve the
+  /// reported time (resolve_cpu_use): the candidate is charged at least its measured CPU a run.
+  bool cpu_unresolved_ = false;
   std::string check_key_;  ///< code, plan, task and threads: the CPU-check table's key
 };
 

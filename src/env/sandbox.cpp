@@ -380,7 +380,8 @@ std::string load_seccomp(bool no_processes, bool no_unix_connect) {
     // (cpu workers only: the CUDA driver may use shared memory and memfds itself, and a cuda
     // worker runs no host code of the answer)
     if (no_unix_connect)
-      for (int sys : {SCMP_SYS(shmget), SCMP_SYS(msgget), SCMP_SYS(semget), SCMP_SYS(memfd_create), SCMP_SYS(mq_open)})
+      for (int sys : {SCMP_SYS(shmget), SCMP_SYS(msgget), SCMP_SYS(semget), SCMP_SYS(memfd_create), SCMP_SYS(memfd_secret),
+                      SCMP_SYS(mq_open)})
         deny(sys, EPERM);
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1, SCMP_A0(SCMP_CMP_NE, me));
     if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1, SCMP_A0(SCMP_CMP_NE, me));

@@ -96,6 +96,7 @@ std::string encode_job(const Artifact& artifact, const BoundPlan& plan, const Ru
               {"perturb_bounds", json::array()},
               {"profile_launches", request.profile_launches},
               {"parent_snapshots", request.parent_snapshots},
+              {"parent_zeroes_scratch", request.parent_zeroes_scratch},
               {"noop", request.noop},
               {"report_every", request.report_every},
               {"worker_sample_slots", request.worker_sample_slots},
@@ -137,6 +138,7 @@ WorkerJob decode_job(std::string_view body) {
     for (const auto& b : job.at("perturb_bounds")) req.perturb_bounds.push_back({b.at(0).get<double>(), b.at(1).get<double>()});
   req.profile_launches = job.value("profile_launches", false);
   req.parent_snapshots = job.value("parent_snapshots", false);
+  req.parent_zeroes_scratch = job.value("parent_zeroes_scratch", false);
   req.noop = job.value("noop", false);
   req.report_every = job.value("report_every", 1);
   req.worker_sample_slots = job.value("worker_sample_slots", 0);

@@ -135,7 +135,7 @@ int worker_main(int sock, Backend& backend, std::atomic<int>* current_launch, co
       Artifact& art = job.artifact;
       const BoundPlan& plan = job.plan;
       RunRequest& req = job.request;
-      if (req.parent_snapshots)  // runs reported (each, or each block's last), the parent's "go" awaited: it copies meanwhile
+      if (req.reports_runs())  // runs reported (each, or each block's last), the parent's "go" awaited: it copies (or zero-fills the scratch) meanwhile
         req.on_run_done = [sock, &req](int run) {
           if (!reports_after_run(req, run)) return true;
           return send_frame(sock, "{\"ran\":" + std::to_string(run) + "}") && await_go(sock);

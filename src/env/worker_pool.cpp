@@ -265,6 +265,13 @@ int copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffer
   return static_cast<int>(snap->copies.size());
 }
 
+/// The parent's zero-fill of a job's scratch buffers between runs (RunRequest::parent_zeroes_scratch):
+/// its own CPU, not the worker's.
+void zero_scratch(const BoundPlan& plan, SharedBuffers& buffers) {
+  for (size_t ti = 0; ti < plan.tensors.size(); ++ti)
+    if (plan.tensors[ti].role == TensorRole::scratch && plan.tensors[ti].bytes()) buffers.zero(ti);
+}
+
 std::string signal_text(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   const char* desc = strsignal(sig);
@@ -719,7 +726,7 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
     return;
   }
   x.watched = await_frame(w.pid, w.sock, x.reply, x.lim, watch_start);
-  while (request.parent_snapshots && x.watched.r == Recv::ok && x.reply.rfind("{\"ran\":", 0) == 0) {
+  while (request.reports_runs() && x.watched.r == Recv::ok && x.reply.rfind("{\"ran\":", 0) == 0) {
     const auto parent_from = Clock::now();  // the worker waits for the parent's copies: not its idling
     int t = -1;
     try {
@@ -731,7 +738,9 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
       x.out_of_order_run = true;
       return;
     }
-    for (int run = x.reported_runs; run <= t; ++run) x.copies += copy_snapshot(request, plan, buffers, run);
+    if (request.parent_snapshots)
+      for (int run = x.reported_runs; run <= t; ++run) x.copies += copy_snapshot(request, plan, buffers, run);
+    if (request.parent_zeroes_scratch && !request.noop) zero_scratch(plan, buffers);  // (a no-op never writes it)
     x.reported_runs = t + 1;
     x.reply.clear();
     watch_start.excused_s += std::chrono::duration<double>(Clock::now() - parent_from).count();
@@ -752,7 +761,7 @@ bool WorkerPool::decode_checked_reply(const BoundPlan& plan, const RunRequest& r
     const WorkerReply decoded = decode_reply(x.reply);
     out = decoded.outcome;
     std::string why = check_reply(out, request, plan.launches.size(), backend_->worker_verdicts());
-    if (why.empty() && request.parent_snapshots && out.runs.size() != static_cast<size_t>(x.reported_runs))
+    if (why.empty() && request.reports_runs() && out.runs.size() != static_cast<size_t>(x.reported_runs))
       why = "it lists " + std::to_string(out.runs.size()) + " runs; the worker reported " +
             std::to_string(x.reported_runs) + " runs as it made them";
     if (!why.empty()) {
@@ -861,6 +870,8 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
                            const RunRequest& request) {
   if (request.timeout_per_run && (!request.parent_snapshots || request.report_every != 1))
     throw Error("internal: a time limit per run needs the runs reported one by one (parent_snapshots)");
+  if (request.parent_zeroes_scratch && request.report_every != 1)
+    throw Error("internal: the parent zero-fills the scratch after every run: the runs must be reported one by one");
   if (request.parent_snapshots && request.report_every > 1 &&
       (fixed_job_runs(request) < 0 || request.rotations.size() < static_cast<size_t>(request.report_every)))
     throw Error("internal: a job reported in blocks of " + std::to_string(request.report_every) +
@@ -898,7 +909,7 @@ RunOutcome WorkerPool::run(const Artifact& artifact, const BoundPlan& plan, Shar
       out.job_main_cpu_ms = std::min(out.job_cpu_ms, main_at_reply - x.main_at_send);
   } else
     out = failed_job_outcome(*w, plan, request, x);
-  out.runs_counted = request.parent_snapshots ? x.reported_runs : -1;
+  out.runs_counted = request.reports_runs() ? x.reported_runs : -1;
   // 5. The worker back to its slot, or retired and replaced in the background (the caller goes
   // on at once). A no-op job ran no code of an answer (RunRequest::noop): its worker serves on,
   // as fresh as it was (a cpu evaluation's no-op jobs were 2 of its 4.6 worker processes).
