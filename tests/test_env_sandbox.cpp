@@ -535,6 +535,7 @@ TEST_CASE("env sandbox: shrinking the tensor memory, signalling or reaching othe
       "  if (syscall(434 /* pidfd_open */, " + v + ", 0) >= 0) r0 += 1000;\n"
       "  if (shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0666) >= 0) r0 += 10000;\n"
       "  if (syscall(319 /* memfd_create */, \"x\", 0) >= 0) r0 += 100000;\n"
+      "  if (syscall(447 /* memfd_secret */, 0) >= 0) r0 += 1000000;\n"
       "  if (kill(getpid(), 0) == 0) r1 = 1;\n";
   const std::string inc = "#include <csignal>\n#include <sys/stat.h>\n#include <sys/syscall.h>\n#include <sys/shm.h>\n";
   Observed o = run_probe(dir, probe_code(inc, body), SandboxMode::auto_);  // the test process survives it
