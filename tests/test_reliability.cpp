@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "rl/grader.hpp"
@@ -702,4 +703,77 @@ TEST_CASE("reliability: leap train with a reference that never returns fails the
   REQUIRE(runs.size() == 1);
   CHECK(runs[0].status == store::RunStatus::failed);
   CHECK(has(text(s, "SELECT message FROM events WHERE kind = 'error'"), "relu/task.yaml"));
+}
+
+TEST_CASE("reliability: a closed terminal (SIGHUP) and a closed stdout (SIGPIPE) stop a run as interrupted, not dead") {
+  // A new user's `leap train ... | head -1` (exit 141) and a closed terminal (129) left the run
+  // 'running' with a dead lease (2026-12-07). Here stdout is a pipe whose reader is gone from the
+  // start, and SIGHUP comes once step 1 is checkpointed.
+  test::TempDir dir;
+  const std::string db = (dir.path / "leap.db").string();
+  const fs::path results = dir.path / "results";
+  const std::vector<std::string> argv{
+      test::leap_binary(), "train", std::string(LEAP_SOURCE_DIR) + "/configs/quickstart.yaml", "--db", db,
+      "--results-dir", results.string(), "--set", "model.path=" + (test::tiny_model() / "tiny").string(),
+      "--set", "train.steps=50", "--set", "train.checkpoint_every=1", "--set", "train.sft.enabled=false",
+      "--set", "train.eval_every=0", "--set", "rollout.tasks_per_step=2", "--set", "rollout.group_size=2",
+      "--set", "rollout.max_new_tokens=8", "--set", "turns.max=1", "--set", "model.cpu_threads=1"};
+  const std::string log = (dir.path / "train.err").string();
+  int out[2];
+  REQUIRE(pipe(out) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    if (chdir(LEAP_SOURCE_DIR) != 0) _exit(126);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(out[0]);  // no reader: every write to the child's stdout is EPIPE (and SIGPIPE)
+  close(out[1]);
+  auto checkpointed = [&] {
+    std::error_code ec;
+    if (!fs::exists(results, ec)) return false;
+    for (const auto& run : fs::directory_iterator(results, ec))
+      if (fs::exists(run.path() / "checkpoints" / "step-1", ec)) return true;
+    return false;
+  };
+  int status = 0;
+  bool exited = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!checkpointed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300)) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!exited) {
+    kill(pid, SIGHUP);
+    const auto t1 = std::chrono::steady_clock::now();
+    while (!(exited = waitpid(pid, &status, WNOHANG) == pid) &&
+           std::chrono::steady_clock::now() - t1 < std::chrono::seconds(300))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!exited) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+  }
+  INFO(test::read_file(log));
+  REQUIRE(exited);
+  CHECK_MESSAGE(WIFEXITED(status), "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+  store::Store s(db);
+  auto runs = s.list_runs();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].status == store::RunStatus::interrupted);
+  CHECK(s.latest_checkpoint(runs[0].id).has_value());
 }

@@ -72,22 +72,31 @@ extern "C" void on_sigint(int) {
   util::note_interrupt();  // a reference that never returns cannot block the stop (env/reference.hpp)
 }
 
-/// Installs the SIGINT/SIGTERM handler for the life of a training call.
+/// For the life of a training call: SIGINT, SIGTERM and SIGHUP (the terminal closed) stop the run
+/// after its current step, checkpointed and marked interrupted; SIGPIPE is ignored, so a closed
+/// stdout (`leap train ... | head`) fails those writes instead of killing the run mid-step (the
+/// log file goes on). Both used to leave the run 'running' with a dead lease.
 class InterruptGuard {
  public:
   InterruptGuard() {
     g_interrupted = false;
     prev_int_ = std::signal(SIGINT, on_sigint);
     prev_term_ = std::signal(SIGTERM, on_sigint);
+    prev_hup_ = std::signal(SIGHUP, on_sigint);
+    prev_pipe_ = std::signal(SIGPIPE, SIG_IGN);
   }
   ~InterruptGuard() {
     std::signal(SIGINT, prev_int_);
     std::signal(SIGTERM, prev_term_);
+    std::signal(SIGHUP, prev_hup_);
+    std::signal(SIGPIPE, prev_pipe_);
   }
 
  private:
   void (*prev_int_)(int) = nullptr;
   void (*prev_term_)(int) = nullptr;
+  void (*prev_hup_)(int) = nullptr;
+  void (*prev_pipe_)(int) = nullptr;
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
