@@ -777,3 +777,33 @@ TEST_CASE("reliability: a closed terminal (SIGHUP) and a closed stdout (SIGPIPE)
   CHECK(runs[0].status == store::RunStatus::interrupted);
   CHECK(s.latest_checkpoint(runs[0].id).has_value());
 }
+
+TEST_CASE("reliability: compiler settings under which nothing compiles exit 2 naming the keys, before any row") {
+  // A new user's `--set env.cpu.flags=-O2` (no -shared) made every answer a compile_error, SFT's
+  // shipped solutions included, and the run finished with exit 0 (2026-12-07).
+  test::TempDir dir;
+  const std::string db = (dir.path / "leap.db").string();
+  const std::string common = " --db " + db + " --results-dir " + (dir.path / "results").string();
+  dir.write("sol/relu/ok.md", test::read_file(kStarter + "/relu/solutions/cpu_loop.md"));
+  for (const std::string flags : {"-O2", "-O2 -fPIC -shared --bogus-flag"}) {
+    auto e = test::run_leap("eval --tasks " + kStarter + " --solutions " + (dir.path / "sol").string() + common +
+                            " --set env.cpu.flags='" + flags + "'");
+    INFO(e.out << e.err);
+    CHECK(e.rc == 2);
+    CHECK(has(e.err, "env.cpu.flags"));
+    CHECK(has(e.err, "known-good kernel does not compile"));
+  }
+  auto t = test::run_leap("train " + std::string(LEAP_SOURCE_DIR) + "/configs/quickstart.yaml" + common +
+                          " --set model.path=" + (test::tiny_model() / "tiny").string() + " --set env.cpu.flags=-O2");
+  INFO(t.out << t.err);
+  CHECK(t.rc == 2);
+  CHECK(has(t.err, "env.cpu.flags"));
+  if (fs::exists(db)) {
+    store::Store s(db);
+    CHECK(s.list_runs().empty());
+  }
+  // The shipped settings pass the same check.
+  auto ok = test::run_leap("eval --tasks " + kStarter + " --solutions " + (dir.path / "sol").string() + common);
+  INFO(ok.out << ok.err);
+  CHECK(ok.rc == 0);
+}

@@ -108,6 +108,23 @@ std::shared_ptr<env::Backend> make_cuda_backend(const config::EnvConfig& e, cons
 #endif
 }
 
+void check_compiler(const Environment& environment, const std::string& backend) {
+  const env::LaunchPlan plan;  // no launches: the code alone
+  const std::string code =
+      backend == "cuda"
+          ? "extern \"C\" __global__ void leap_probe(float* y, long long n) {\n"
+            "  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 0.0f;\n}\n"
+          : "#include <cstdint>\nextern \"C\" void leap_probe(float* y, int64_t n) {\n"
+            "  for (int64_t i = 0; i < n; ++i) y[i] = 0.0f;\n}\n";
+  const env::CompileOutcome c = environment.backend->compile(code, plan);
+  if (c.ok || c.timed_out) return;
+  std::string why = c.feedback.empty() ? c.log : c.feedback;
+  if (why.size() > 800) why = why.substr(0, 800) + " ...";
+  throw ConfigError(std::string(backend == "cuda" ? "env.cuda.arch" : "env.cpu.compiler / env.cpu.flags") +
+                    ": a known-good kernel does not compile with these settings, so every answer would be a "
+                    "compile_error; the compiler said:\n" + why);
+}
+
 std::unique_ptr<Environment> make_environment(const config::EnvConfig& e, const std::string& backend) {
   return make_environment(e, backend, 0);
 }

@@ -39,6 +39,13 @@ std::unique_ptr<Environment> make_environment(const config::EnvConfig& env, cons
 std::unique_ptr<Environment> make_environment(const config::EnvConfig& env, const std::string& backend,
                                               int cuda_device);
 
+/// Compiles a known-good kernel with `environment`'s backend (a cache hit after the first time):
+/// settings under which nothing compiles (env.cpu.flags without -shared, a bogus flag, a missing
+/// env.cpu.compiler, a wrong env.cuda.arch) are the config's fault, not every answer's. Throws
+/// ConfigError (exit 2) naming the keys and the compiler's first errors; a compile that timed out
+/// (a loaded host) is not judged.
+void check_compiler(const Environment& environment, const std::string& backend);
+
 /// The cuda backend alone, compiling into `cache_dir`. With `require_device` false it works
 /// without a GPU for compiling only (NVRTC targets env.cuda.arch); see env::CudaBackendOptions.
 /// Throws NotBuiltError in a build without NVRTC.

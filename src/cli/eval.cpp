@@ -81,6 +81,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
                      " (expected <dir>/<task>/<name>.md, or <task>/solutions/" + backend + "_*.md in a task-set folder)");
 
   auto envp = make_environment(with_cache_root(exp.env, g.results_dir), backend);
+  check_compiler(*envp, backend);  // settings under which nothing compiles: exit 2 now
   std::map<std::string, std::unique_ptr<env::RuntimeTask>> runtime;
   std::vector<GradeJob> jobs;
   for (const auto& [t, f] : files) {

@@ -126,6 +126,7 @@ int eval_model(const ModelEvalArgs& a, config::Experiment exp, const GlobalOptio
                                               m->config().model_type_name, tok);
   rl::LocalPolicy policy(m, tok, fmt, 64, model::checkpoint_chat_template(model_dir, fmt).default_system);
   auto environment = make_environment(with_cache_root(exp.env, g.results_dir), backend);
+  check_compiler(*environment, backend);  // settings under which nothing compiles: exit 2 now
   rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
 
   rl::EngineOptions o;

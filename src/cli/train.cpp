@@ -94,6 +94,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
       group = dist::ProcessGroup::create(rdv, dist::resolve_backend(exp.dist.backend, cuda), exp.dist.timeout_s);
     // Each rank's environment workers use the rank's GPU (LOCAL_RANK).
     auto environment = make_environment(with_cache_root(exp.env, g.results_dir), exp.env.backend, rdv.local_rank);
+    check_compiler(*environment, exp.env.backend);  // settings under which nothing compiles: exit 2 now
     rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
     std::unique_ptr<store::Store> db;
     if (rdv.rank == 0) db = std::make_unique<store::Store>(g.db);
