@@ -94,6 +94,10 @@ TEST_CASE("cli: train --print-config prints the resolved config with overrides a
   CHECK(r.rc == 0);
   CHECK(contains(r.out, "name: \"printed\""));
   CHECK(contains(r.out, "dcp:\n  enabled: false"));
+  // --annotate alone is a usage error, not a training run (a new user's slip, 2026-12-07).
+  auto a = run_leap("train " + cfg + " --annotate");
+  CHECK(a.rc == 2);
+  CHECK(contains(a.err, "--annotate requires --print-config"));
 }
 
 TEST_CASE("cli: train with a missing model folder or an unknown run names it and exits non-zero") {

@@ -31,8 +31,8 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
   cmd->add_option("--set", o->sets, "override one key, e.g. --set dcp.enabled=false (repeatable)")
       ->type_name("KEY.PATH=VALUE");
   cmd->add_option("--resume", o->resume, "continue run RUN_ID from its last checkpoint");
-  cmd->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
-  cmd->add_flag("--annotate", o->annotate, "with --print-config: a comment describing each key");
+  auto* print = cmd->add_flag("--print-config", o->print_config, "print the resolved config as YAML and exit");
+  cmd->add_flag("--annotate", o->annotate, "with --print-config: a comment describing each key")->needs(print);
   cmd->footer("Exit codes: 0 ok, 1 failure, 2 bad config or usage, 3 not built yet.\n"
               "Data parallel: run under torchrun (or any launcher setting RANK, WORLD_SIZE, LOCAL_RANK,\n"
               "MASTER_ADDR, MASTER_PORT), e.g. torchrun --no-python --nproc-per-node 8 leap train CONFIG;\n"
