@@ -531,6 +531,7 @@ reference:
   CHECK(r.rc == 1);
   CHECK(contains(r.out, "WEAK zeros_pass"));
   CHECK(contains(r.out, "WEAK ignores_input"));
+  CHECK(contains(r.out, "NO PROMPT"));  // no `prompt:`: the model would be shown nothing
 
   // Two broken task.yaml files: both are reported (file:line and key), the loadable task is still
   // checked, and the exit status is 2 (a malformed task file is a config error).

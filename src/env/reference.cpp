@@ -108,6 +108,8 @@ Reference compile_reference(const std::string& torchscript, const std::string& f
   if (!torchscript.empty()) {
     try {
       impl.cu = torch::jit::compile(without_python_modules(torchscript));
+    } catch (const c10::Error& e) {
+      throw Error(where + ".torchscript does not compile:\n" + e.what_without_backtrace());
     } catch (const std::exception& e) {
       throw Error(where + ".torchscript does not compile:\n" + e.what());
     }
@@ -119,6 +121,8 @@ Reference compile_reference(const std::string& torchscript, const std::string& f
   } else {
     try {
       impl.module = torch::jit::load(file);
+    } catch (const c10::Error& e) {  // LibTorch's message, without its C++ backtrace
+      throw Error(where + ".file " + file + " cannot be loaded as a TorchScript module: " + e.what_without_backtrace());
     } catch (const std::exception& e) {
       throw Error(where + ".file " + file + " cannot be loaded as a TorchScript module: " + e.what());
     }

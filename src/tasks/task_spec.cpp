@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
 #include "util/error.hpp"
 #include "util/hash.hpp"
 
@@ -498,6 +500,13 @@ TaskSet load_set(const std::string& dir, std::vector<std::string>* errors) {
         dest.push_back(name);
       }
     }
+    // A held-out task that is also trained on is no held-out task (a new user's set.yaml listed
+    // one in both, 2026-12-07): allowed (a set may mean it), but warned of, naming it.
+    if (root["train"] && root["eval"])
+      for (const auto& name : set.eval)
+        if (std::find(set.train.begin(), set.train.end(), name) != set.train.end())
+          spdlog::warn("{}: task '{}' is listed in both train and eval: the held-out split holds a training task",
+                       c.file, name);
     if (!root["train"])
       for (const auto& t : set.tasks)
         if (std::find(set.eval.begin(), set.eval.end(), t.name) == set.eval.end()) set.train.push_back(t.name);
