@@ -238,7 +238,7 @@ TEST_CASE("report: runs that differ only in seed form one arm with mean and spre
                        "20260101-000000-aaaa,20260101-000000-cccc,20260101-000000-bbbb");
   CAPTURE(same.err);
   REQUIRE(same.rc == 0);
-  CHECK(contains(same.out, "| dcp_on (3 seeds) | 3 |"));
+  CHECK(contains(same.out, "| dcp_on (3 runs, 2 seeds) | 3 |"));  // seeds 1, 2 and 1: two distinct
   CHECK_FALSE(contains(same.out, "dcp_off"));
   auto nokey = run_leap("--db " + db + " report --same no.such.key");
   CHECK(nokey.rc == 2);

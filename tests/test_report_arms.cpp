@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "report/ablation.hpp"
 #include "store/store.hpp"
 #include "support.hpp"
 
@@ -232,4 +233,27 @@ TEST_CASE("report: a single-turn arm (turns.max 1) has no activated-groups figur
   REQUIRE(rows.count("multi"));
   CHECK(rows["single"][act] == "-");
   CHECK(std::stod(rows["multi"][act]) == doctest::Approx(75.0));  // 3 of 4 groups
+}
+
+TEST_CASE("report: an arm's label counts distinct seeds and names runs that did not finish") {
+  // A new user's report pooled a finished run and an interrupted 2-step one as "quickstart (2
+  // seeds)", and two runs of one seed as 2 seeds (2026-12-07).
+  std::vector<leap::report::RunSummary> runs(3);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].run.id = "r" + std::to_string(i);
+    runs[i].run.name = "quickstart";
+    runs[i].run.status = RunStatus::finished;
+    runs[i].run.seed = static_cast<int64_t>(i);
+  }
+  leap::report::Arm arm;
+  arm.runs = {&runs[0]};
+  CHECK(leap::report::arm_label(arm) == "quickstart (r0)");
+  arm.runs = {&runs[0], &runs[1], &runs[2]};
+  CHECK(leap::report::arm_label(arm) == "quickstart (3 seeds)");
+  runs[2].run.seed = 1;
+  runs[1].run.status = RunStatus::interrupted;
+  CHECK(leap::report::arm_label(arm) == "quickstart (3 runs, 2 seeds, 1 interrupted)");
+  runs[0].run.status = RunStatus::running;
+  arm.runs = {&runs[0]};
+  CHECK(leap::report::arm_label(arm) == "quickstart (r0, running)");
 }

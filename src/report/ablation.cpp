@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <set>
 
 #include "report/config_diff.hpp"
 
@@ -57,6 +59,28 @@ std::string agg(const std::vector<double>& v, int digits) { return format_mean_s
 
 }  // namespace
 
+std::string arm_label(const Arm& a) {
+  // Runs that have not finished (running, interrupted, failed) are pooled like the others (a
+  // report may be read while runs write), but the label says so; a seed run twice is not two.
+  std::set<int64_t> seeds;
+  std::map<std::string, int> unfinished;
+  for (const RunSummary* r : a.runs) {
+    seeds.insert(r->run.seed);
+    if (r->run.status != store::RunStatus::finished) ++unfinished[std::string(store::to_string(r->run.status))];
+  }
+  std::string label = a.runs[0]->run.name + " (";
+  if (a.runs.size() == 1) {
+    label += a.runs[0]->run.id;
+  } else if (seeds.size() == a.runs.size()) {
+    label += std::to_string(a.runs.size()) + " seeds";
+  } else {
+    label += std::to_string(a.runs.size()) + " runs, " + std::to_string(seeds.size()) + (seeds.size() == 1 ? " seed" : " seeds");
+  }
+  for (const auto& [status, n] : unfinished)
+    label += a.runs.size() == 1 ? ", " + status : ", " + std::to_string(n) + " " + status;
+  return label + ")";
+}
+
 std::vector<Arm> group_arms(const std::vector<RunSummary>& runs) {
   std::vector<Arm> arms;
   std::vector<std::map<std::string, std::string>> keys;
@@ -70,9 +94,7 @@ std::vector<Arm> group_arms(const std::vector<RunSummary>& runs) {
     }
     arms[i].runs.push_back(&r);
   }
-  for (auto& a : arms)
-    a.label = a.runs.size() == 1 ? a.runs[0]->run.name + " (" + a.runs[0]->run.id + ")"
-                                 : a.runs[0]->run.name + " (" + std::to_string(a.runs.size()) + " seeds)";
+  for (auto& a : arms) a.label = arm_label(a);
   return arms;
 }
 

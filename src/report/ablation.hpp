@@ -30,7 +30,12 @@ MeanSpread mean_spread(const std::vector<double>& values);
 /// "mean ± se" (n >= 2), "mean" (n == 1) or "-" (no value), with `digits` decimals.
 std::string format_mean_spread(const std::vector<double>& values, int digits);
 
-/// Groups `runs` into arms, in the order of each arm's first run.
+/// An arm's label: "name (run-id)" for one run, "name (N seeds)" for N runs of distinct seeds,
+/// "name (N runs, K seeds)" when a seed repeats; runs not finished are named by status and count
+/// (", 1 interrupted"), so a pooled mean that holds a cut-short run says so.
+std::string arm_label(const Arm& arm);
+
+/// Groups `runs` into arms, in the order of each arm's first run; each labelled by arm_label.
 std::vector<Arm> group_arms(const std::vector<RunSummary>& runs);
 
 /// The ablation table of `runs`: columns arm, runs, the switches that differ between the runs,
