@@ -807,3 +807,42 @@ TEST_CASE("reliability: compiler settings under which nothing compiles exit 2 na
   INFO(ok.out << ok.err);
   CHECK(ok.rc == 0);
 }
+
+TEST_CASE("reliability: --resume refuses a task that changed since the run trained on it, and leaves the run as it was") {
+  // A new user resumed from another folder: the stored relative tasks.dir found a different
+  // tasks/starter there (relu's tolerance changed), and the run finished on it with exit 0, two
+  // relu rows in the store (2026-12-07). A failed resume also kept its lease.
+  test::TempDir dir;
+  for (const char* t : {"relu", "softmax_rows"}) {
+    fs::create_directories(dir.path / "set" / t);
+    fs::copy(kStarter + "/" + t, dir.path / "set" / t, fs::copy_options::recursive);
+  }
+  config::Experiment exp = tiny_experiment();
+  exp.tasks.dir = (dir.path / "set").string();
+  store::Store db((dir.path / "leap.db").string());
+  const fs::path results = dir.path / "results";
+  const std::string run = failed_run(exp, db, results, 2);  // step 1 done and checkpointed
+  REQUIRE(db.latest_checkpoint(run).has_value());
+  const fs::path yaml = dir.path / "set" / "relu" / "task.yaml";
+  const std::string original = test::read_file(yaml.string());
+  std::string edited = original;
+  const size_t at = edited.find("tolerance:");
+  REQUIRE(at != std::string::npos);
+  edited.insert(at, "description: edited after the run began\n");
+  dir.write("set/relu/task.yaml", edited);
+  RuleGrader g;
+  try {
+    train_run(exp, db, g, results, run);
+    FAIL("expected the changed task to be refused");
+  } catch (const ConfigError& e) {
+    CHECK(has(e.what(), "task 'relu'"));
+    CHECK(has(e.what(), "differs from the one the run trained on"));
+  }
+  CHECK(db.get_run(run)->status == store::RunStatus::failed);  // as it was
+  CHECK_FALSE(db.get_lease(run).has_value());                   // no lease of a gone process
+  // The task restored, the resume goes on.
+  dir.write("set/relu/task.yaml", original);
+  train_run(exp, db, g, results, run);
+  CHECK(db.get_run(run)->status == store::RunStatus::finished);
+  CHECK(scalar(db, "SELECT COUNT(*) FROM tasks WHERE name = 'relu'") == 1);
+}

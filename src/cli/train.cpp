@@ -79,7 +79,9 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
         return 0;
       }
       exp = config::parse_experiment(yaml, "run " + o->resume + " (stored config)");
-      source = o->config;
+      // What a message about its folders names: the stored config, whose relative paths are read
+      // from the folder leap runs in (not CONFIG, which a resume does not read).
+      source = "run " + o->resume + " (stored config; relative paths from " + std::filesystem::current_path().string() + ")";
     } else {
       exp = config::load_experiment(o->config, o->sets);
     }

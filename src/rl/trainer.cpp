@@ -456,6 +456,27 @@ struct ResumePoint {
   bool redo_final_eval = false;  ///< the last checkpoint is the final one but its evaluation never completed
 };
 
+/// Resume: every task the run has already trained on must be the task it was (the stored
+/// tasks.dir may be relative to the folder the run started in, and a task edited since would
+/// mix two problems under one name). A task changed or gone is refused, naming it.
+void check_resumed_tasks(Run& r) {
+  std::map<std::string, std::string> now;
+  for (const auto& spec : r.set.tasks) now[spec.name] = spec.hash;
+  auto st = r.db->db().prepare(
+      "SELECT DISTINCT t.name, t.hash FROM groups g JOIN tasks t ON t.id = g.task_id WHERE g.run_id = ?1 ORDER BY t.name");
+  st.bind_text(1, r.run_id);
+  while (st.step()) {
+    const std::string name = st.column_text(0), hash = st.column_text(1);
+    const auto it = now.find(name);
+    if (it != now.end() && it->second == hash) continue;
+    const std::string cwd = fs::current_path().string();
+    throw ConfigError("--resume " + r.run_id + ": task '" + name + "' of tasks.dir '" + r.exp.tasks.dir + "' (from " +
+                      cwd + ") " + (it == now.end() ? "is not there" : "differs from the one the run trained on") +
+                      "; a relative tasks.dir is read from the folder leap runs in: resume from the folder the run "
+                      "started in (or restore the task)");
+  }
+}
+
 /// Rank 0: a new run row, or the resumed run reopened at its last checkpoint (weights and
 /// optimizer loaded, later rows deleted so no step is written twice). Other ranks: nothing yet.
 ResumePoint open_run(Run& r) {
@@ -483,6 +504,7 @@ ResumePoint open_run(Run& r) {
   }
   r.run_id = *ctx.resume_run_id;
   r.run_dir = fs::path(ctx.results_dir) / r.run_id;
+  check_resumed_tasks(r);
   const auto ck = r.db->latest_checkpoint(r.run_id);
   if (ck) {
     rp.start_step = load_checkpoint(ck->path, r.model, *r.optimizer, ck->step, r.run_id).step + 1;
@@ -912,10 +934,21 @@ TrainSummary train(const config::Experiment& experiment, const TrainContext& ctx
   Run r(exp, ctx);
   if (r.rank0()) r.lease = my_lease();
   if (auto done = take_resumed_lease(r)) return *done;
-  load_tasks(r);
-  load_model(r);
-  r.update = update_options(r);
-  ResumePoint rp = open_run(r);
+  ResumePoint rp;
+  try {
+    load_tasks(r);
+    load_model(r);
+    r.update = update_options(r);
+    rp = open_run(r);
+  } catch (...) {
+    // A resume whose set-up failed (a task changed, a corrupt checkpoint) leaves the run as it
+    // found it: its status, and no lease of a process that is about to exit.
+    if (r.rank0() && r.ctx.resume_run_id && r.db) try {
+        r.db->release_lease(*r.ctx.resume_run_id, r.lease);
+      } catch (...) {
+      }
+    throw;
+  }
 
   // From here the run row exists: whatever leaves train() marks it failed (an interrupt marks it
   // `interrupted`; a lost lease leaves it to its new writer), and a fatal signal or

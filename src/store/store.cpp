@@ -190,6 +190,14 @@ void Store::finish_run(const std::string& run_id, RunStatus status,
   if (db_.changes() != 1) throw StoreError("store " + path() + ": unknown run '" + run_id + "'");
 }
 
+void Store::release_lease(const std::string& run_id, const RunLease& me) {
+  Statement st = db_.prepare(
+      "UPDATE runs SET lease_host = NULL, lease_pid = NULL, lease_process_started_at = NULL, "
+      "lease_refreshed_at = NULL WHERE id = ?1 AND lease_host = ?2 AND lease_pid = ?3");
+  st.bind_text(1, run_id).bind_text(2, me.host).bind_int64(3, me.pid);
+  st.run();
+}
+
 void Store::reopen_run(const std::string& run_id) {
   Statement st = db_.prepare("UPDATE runs SET status = 'running', ended_at = NULL WHERE id = ?1");
   st.bind_text(1, run_id);

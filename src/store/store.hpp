@@ -76,6 +76,9 @@ class Store {
   std::optional<RunLease> acquire_lease(
       const std::string& run_id, const RunLease& me,
       const std::function<std::optional<std::string>(const RunLease&)>& stale_reason);
+  /// Releases the lease of `run_id` if `me` holds it (status unchanged): a --resume whose set-up
+  /// failed before the run was reopened leaves it as it found it. Nothing when another holds it.
+  void release_lease(const std::string& run_id, const RunLease& me);
   /// Sets the lease's refreshed_at to now (or `at`). Throws LeaseLostError when `me` no longer
   /// holds the lease (another process took the run over), StoreError for an unknown run.
   void refresh_lease(const std::string& run_id, const RunLease& me, std::optional<double> at = std::nullopt);
