@@ -240,6 +240,16 @@ TEST_CASE("report: runs that differ only in seed form one arm with mean and spre
   REQUIRE(same.rc == 0);
   CHECK(contains(same.out, "| dcp_on (3 runs, 2 seeds) | 3 |"));  // seeds 1, 2 and 1: two distinct
   CHECK_FALSE(contains(same.out, "dcp_off"));
+  // --out that is a file, or whose report file is a folder: exit 2 naming it, nothing written.
+  const std::string file = tmp.write("a_file", "x");
+  auto as_file = run_leap("--db " + db + " report --format md --out " + file);
+  CHECK(as_file.rc == 2);
+  CHECK(contains(as_file.err, "--out " + file + ": a file, not a folder"));
+  fs::create_directories(tmp.path / "out" / "report.html");
+  auto blocked = run_leap("--db " + db + " report --format html --out " + (tmp.path / "out").string());
+  CHECK(blocked.rc == 2);
+  CHECK(contains(blocked.err, "is a folder"));
+  CHECK_FALSE(fs::exists(tmp.path / "out" / "plots"));
   auto nokey = run_leap("--db " + db + " report --same no.such.key");
   CHECK(nokey.rc == 2);
   CHECK(contains(nokey.err, "no run has the config key 'no.such.key'"));

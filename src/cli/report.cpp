@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -42,7 +44,7 @@ std::vector<std::string> split_ids(const std::string& s) {
 void write_file(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
   out << text;
-  if (!out) throw Error("leap report: cannot write " + p.string());
+  if (!out) throw Error("leap report: cannot write " + p.string() + ": " + std::strerror(errno));
 }
 
 int run_report(const std::string& db, const std::string& runs_arg, const std::string& format, std::string out_dir,
@@ -83,7 +85,16 @@ int run_report(const std::string& db, const std::string& runs_arg, const std::st
   std::vector<report::WrittenPlot> svgs;
   std::string plot_note;
   if (!out_dir.empty()) {
-    fs::create_directories(fs::path(out_dir) / "plots");
+    // The folder and the report file checked before anything is written (a report file that is
+    // a folder left the plots behind; a file given as --out gave a bare filesystem error).
+    std::error_code ec;
+    if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
+      throw UsageError("leap report --out " + out_dir + ": a file, not a folder");
+    const fs::path report_file = fs::path(out_dir) / ("report." + std::string(format == "table" ? "txt" : format));
+    if (fs::is_directory(report_file, ec))
+      throw UsageError("leap report --out " + out_dir + ": " + report_file.string() + " is a folder; the report file goes there");
+    fs::create_directories(fs::path(out_dir) / "plots", ec);
+    if (ec) throw Error("leap report --out " + out_dir + ": cannot create the folder: " + ec.message());
     if (report::gnuplot_available()) {
       svgs = report::write_plots((fs::path(out_dir) / "plots").string(), report::report_plots(st, runs));
       if (svgs.empty()) plot_note = "No curves to plot yet (the runs have no metric points).";
