@@ -272,6 +272,10 @@ TEST_CASE("model: leap model init / inspect / tokenize / generate commands") {
   auto r2 = leap::test::run_leap("model generate " + dir + " --prompt 'Write a kernel' --chat --max-new-tokens 8 --seed 1 --temperature 1");
   CHECK(r.out == r2.out);
   CHECK(r.err.find("new tokens") != std::string::npos);
+  // Past the model's positions: a usage error naming them, not a minutes-long run past them.
+  r = leap::test::run_leap("model generate " + dir + " --prompt 'Write a kernel' --max-new-tokens 1048576");
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("max_position_embeddings") != std::string::npos);
   r = leap::test::run_leap("model inspect " + (tmp.path / "nothing").string());
   CHECK(r.rc == 1);
 }

@@ -237,6 +237,13 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     }
     const auto ids = tok.encode(text);
     std::vector<int64_t> prompt(ids.begin(), ids.end());
+    // The prompt and the new tokens within the model's positions (max_position_embeddings):
+    // past them a rotary model has never seen the positions (a new user asked for 1048576).
+    const int64_t ctx = model->config().max_position_embeddings;
+    if (ctx > 0 && static_cast<int64_t>(prompt.size()) + o->max_new_tokens > ctx)
+      throw UsageError("model generate: the prompt's " + std::to_string(prompt.size()) + " tokens + --max-new-tokens " +
+                       std::to_string(o->max_new_tokens) + " exceed the model's " + std::to_string(ctx) +
+                       " positions (max_position_embeddings in " + o->path + "/config.json)");
     const auto t0 = std::chrono::steady_clock::now();
     auto out = generate(model, {prompt}, p, &tok);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
