@@ -455,7 +455,7 @@ tolerance: {atol: 1.0e-4, rtol: 1.0e-4}
 
 TEST_CASE("env: validate flags a reference with a baked-in device (a KernelBench trace made on the CPU)") {
   leap::test::TempDir dir;
-  const std::string head = "sizes: {N: 64}\ninputs:\n  x: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}}}\n"
+  const std::string head = "prompt: add ones\nsizes: {N: 64}\ninputs:\n  x: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}}}\n"
                            "outputs:\n  y: {dtype: float32, shape: [N]}\n";
   VerifierOptions o;
   o.seeds = 2;
@@ -563,7 +563,9 @@ TEST_CASE("env: without env.cache_dir the compile cache is <--results-dir>/cache
   size_t artifacts = 0;
   for (const auto& e : fs::directory_iterator(results / "cache" / "cpu"))
     artifacts += e.path().extension() == ".so";
-  CHECK(artifacts == 1);  // the answer (the no-op baseline is the worker's own, never compiled), in the run's results folder
+  // The answer and leap's known-good probe kernel (check_compiler), in the run's results folder
+  // (the no-op baseline is the worker's own, never compiled).
+  CHECK(artifacts == 2);
 }
 
 TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the store") {
