@@ -41,6 +41,12 @@ TEST_CASE("cli: bad usage exits 2") {
   CHECK(run_leap("train").rc == 2);  // missing CONFIG
   CHECK(run_leap("eval --backend tpu --bench starter --model m").rc == 2);
   CHECK(run_leap("--log-level loud version").rc == 2);
+  // An unknown command is named, with the nearest one (it said only "A subcommand is required").
+  auto typo = run_leap("--db /tmp/x.db trian configs/quickstart.yaml");
+  CHECK(typo.rc == 2);
+  CHECK(contains(typo.err, "unknown command 'trian'"));
+  CHECK(contains(typo.err, "did you mean 'train'?"));
+  CHECK(run_leap("--db /tmp/x.db version").rc == 0);
 }
 
 TEST_CASE("cli: out-of-range or non-finite option values are usage errors (exit 2) naming the option") {

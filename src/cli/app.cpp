@@ -1,5 +1,8 @@
 #include "cli/app.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +18,53 @@ namespace leap::cli {
 void not_built(const std::string& what, const std::string& issue) {
   throw NotBuiltError(what + ": not built yet (arrives with the issue \"" + issue + "\")");
 }
+
+namespace {
+
+/// Edit distance of two short words (for "did you mean").
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// The message for a first word that is no command of `app` (`leap trian x.yaml` said only "A
+/// subcommand is required"), or empty. Global options and their values are skipped.
+std::string unknown_command(CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") return "";
+    if (!a.empty() && a[0] == '-') {
+      if (a == "--db" || a == "--results-dir" || a == "--log-level") ++i;  // its value follows
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), a) != names.end()) return "";
+    std::string msg = "unknown command '" + a + "' (commands:";
+    std::string best;
+    size_t best_d = 3;
+    for (const auto& n : names) {
+      msg += " " + n;
+      if (const size_t d = edit_distance(a, n); d < best_d) best_d = d, best = n;
+    }
+    msg += ")";
+    if (!best.empty()) msg += "; did you mean '" + best + "'?";
+    return msg;
+  }
+  return "";
+}
+
+}  // namespace
 
 int run(int argc, char** argv) {
   CLI::App app{"leap: RL post-training of code models that write GPU kernels.\n"
@@ -44,6 +94,10 @@ int run(int argc, char** argv) {
   reg(add_model);
   reg(add_version);
 
+  if (const std::string unknown = unknown_command(app, argc, argv); !unknown.empty()) {
+    std::cerr << "error: " << unknown << "\nRun with --help for more information.\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
