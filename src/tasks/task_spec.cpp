@@ -438,7 +438,7 @@ TaskSet load_task_set_collecting(const std::string& dir, std::vector<std::string
 
 namespace {
 TaskSet load_set(const std::string& dir, std::vector<std::string>* errors) {
-  if (!fs::is_directory(dir)) throw Error("task set " + dir + ": no such folder");
+  if (!fs::is_directory(dir)) throw ConfigError("task set " + dir + ": no such folder");
   TaskSet set;
   set.dir = dir;
   set.name = fs::path(dir).lexically_normal().filename().string();
@@ -470,9 +470,10 @@ TaskSet load_set(const std::string& dir, std::vector<std::string>* errors) {
     std::string msg = "task set " + dir + ": none of its " + std::to_string(folders.size()) + " task folder" +
                       (folders.size() == 1 ? "" : "s") + " loads:";
     for (const auto& e : *errors) msg += "\n  " + e;
-    throw Error(msg);
+    throw ConfigError(msg);
   }
-  if (set.tasks.empty()) throw Error("task set " + dir + ": no task folders (subfolders with a task.yaml)");
+  // Bad input, like a malformed task file: exit 2 (an empty folder said 1, a missing one 2).
+  if (set.tasks.empty()) throw ConfigError("task set " + dir + ": no task folders (subfolders with a task.yaml)");
   std::sort(set.tasks.begin(), set.tasks.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   fs::path sy = fs::path(dir) / "set.yaml";
   if (fs::exists(sy)) {

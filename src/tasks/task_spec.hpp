@@ -125,7 +125,7 @@ TaskSpec load_task(const std::string& path);
 
 /// Loads every task folder (a subfolder with a task.yaml) of `dir`, and `set.yaml` if present
 /// (keys: name, description, train, eval; every listed name must be a task). Throws
-/// leap::ConfigError for a malformed task or set.yaml, leap::Error if `dir` has no tasks.
+/// leap::ConfigError (exit 2) for a malformed task or set.yaml, a missing `dir` or one with no tasks.
 TaskSet load_task_set(const std::string& dir);
 
 /// Like load_task_set, but a task folder whose task.yaml does not load is left out and its error
