@@ -206,6 +206,28 @@ TEST_CASE("cli: the train summary gives one figure for one step and says when no
   CHECK_FALSE(contains(none.out, "before this resume"));
 }
 
+TEST_CASE("cli: a train that fails before its run row exists leaves no store it created") {
+  leap::test::TempDir tmp;
+  // The tiny model with its weights cut short: the model fails to load, after the store opened.
+  const std::filesystem::path model = tmp.path / "broken";
+  std::filesystem::copy(leap::test::tiny_model() / "tiny", model);
+  std::filesystem::resize_file(model / "model.safetensors", 4096);
+  const std::string cfg = tmp.write("exp.yaml", "name: t\nmodel: {path: " + model.string() +
+                                                    "}\ntasks: {limit: 1}\nenv: {workers: 1}\n");
+  const std::string db = (tmp.path / "leap.db").string();
+  auto r = run_leap("train " + cfg + " --db " + db + " --results-dir " + (tmp.path / "r").string());
+  CAPTURE(r.err);
+  CHECK(r.rc != 0);
+  CHECK(contains(r.err, "model.safetensors"));
+  CHECK_FALSE(std::filesystem::exists(db));
+  CHECK_FALSE(std::filesystem::exists(db + "-wal"));
+  // A store that was there before is kept as it was, runs and all.
+  { leap::store::Store created(db); }
+  auto again = run_leap("train " + cfg + " --db " + db + " --results-dir " + (tmp.path / "r").string());
+  CHECK(again.rc != 0);
+  CHECK(std::filesystem::exists(db));
+}
+
 TEST_CASE("cli: a --db file that is not a leap store is bad input (exit 2), like a missing one") {
   leap::test::TempDir tmp;
   const std::string empty = tmp.write("empty.db", "");

@@ -4,6 +4,9 @@
 #include "env/errors.hpp"
 #include "env/extract.hpp"
 #include "env/verdict.hpp"
+#include "support.hpp"
+
+#include <fstream>
 
 using namespace leap::env;
 
@@ -88,6 +91,25 @@ TEST_CASE("env: extract format errors") {
   // An unclosed fence of another language (prose) is ignored only when it is not code.
   auto a = extract_answer(code + plan + "```text\nloose", CodeLanguage::cpp);
   CHECK(a.code == "int f();\n");
+}
+
+TEST_CASE("env: an answer file is read to one byte past the limit, and that is refused by name") {
+  leap::test::TempDir dir;
+  const std::string code = "```cpp\nint f();\n```\n```yaml\nlaunches: []\n```\n";
+  const std::string small = (dir.path / "small.md").string();
+  std::ofstream(small, std::ios::binary) << code;
+  CHECK(read_answer_file(small) == code);
+  // 3 MiB of prose before the blocks: only kMaxAnswerBytes + 1 bytes come back.
+  const std::string big = (dir.path / "big.md").string();
+  {
+    std::ofstream out(big, std::ios::binary);
+    out << std::string(3 * 1024 * 1024, 'x') << "\n" << code;
+  }
+  const std::string text = read_answer_file(big);
+  CHECK(text.size() == kMaxAnswerBytes + 1);
+  CHECK(format_error_of(text, CodeLanguage::cpp).find(std::to_string(kMaxAnswerBytes) + " bytes") != std::string::npos);
+  CHECK_THROWS_WITH_AS(read_answer_file((dir.path / "none.md").string()), doctest::Contains("none.md"),
+                       std::runtime_error);
 }
 
 TEST_CASE("env: verdict names round-trip and feedback is bounded") {

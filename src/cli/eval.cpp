@@ -16,6 +16,7 @@
 #include "cli/validators.hpp"
 #include "cli/environment.hpp"
 #include "cli/eval_model.hpp"
+#include "env/extract.hpp"
 #include "config/load.hpp"
 #include "util/bench_metrics.hpp"
 #include "report/metrics_table.hpp"
@@ -29,12 +30,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw UsageError("leap eval: cannot read " + p.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+/// An answer file's text (env::read_answer_file), a read failure as a usage error.
+std::string read_answer(const fs::path& p) {
+  try {
+    return env::read_answer_file(p.string());
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("leap eval: ") + e.what());
+  }
 }
 
 std::vector<fs::path> md_files(const fs::path& dir, const std::string& prefix) {
@@ -91,7 +93,7 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
       if (full_size) spec.allow_full_size(backend);
       rt = std::make_unique<env::RuntimeTask>(spec, backend);
     }
-    jobs.push_back({rt.get(), f.string(), slurp(f)});
+    jobs.push_back({rt.get(), f.string(), read_answer(f)});
   }
   std::vector<env::EvalResult> results = grade_all(*envp->verifier, jobs, static_cast<int>(exp.env.workers));
 

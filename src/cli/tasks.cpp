@@ -189,7 +189,7 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
     auto cuda = solution_files((fs::path(spec.dir) / "solutions").string(), "cuda_");
     if (rt) {
       std::vector<GradeJob> jobs;
-      for (const auto& f : cpu) jobs.push_back({rt.get(), f.string(), slurp(f)});
+      for (const auto& f : cpu) jobs.push_back({rt.get(), f.string(), env::read_answer_file(f.string())});
       std::vector<env::EvalResult> results;
       try {
         results = grade_all(verifier, jobs, static_cast<int>(exp.env.workers));
@@ -218,7 +218,7 @@ int tasks_validate(const std::string& dir, const config::Experiment& exp_in, boo
         notes.push_back(f.filename().string() + ": skipped (" + (rt ? no_cuda : std::string("no reference")) + ")");
         continue;
       }
-      std::string err = check_cuda_compiles(*cuda_backend, *rt, slurp(f));
+      std::string err = check_cuda_compiles(*cuda_backend, *rt, env::read_answer_file(f.string()));
       if (err.empty()) {
         ++cuda_compiled;
         notes.push_back(f.filename().string() + ": compiles (NVRTC); not run here");

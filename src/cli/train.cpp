@@ -16,6 +16,23 @@
 
 namespace leap::cli {
 
+namespace {
+
+/// Closes `db` and deletes its file (with SQLite's -wal and -shm files) when no table holds a row.
+void remove_store_if_empty(std::unique_ptr<store::Store>& db, const std::string& path) {
+  if (!db) return;
+  try {
+    for (const auto& [table, rows] : db->row_counts())
+      if (rows > 0) return;
+    db.reset();
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  } catch (const std::exception&) {
+    // Best effort: the error being reported matters more than the empty file.
+  }
+}
+
+}  // namespace
+
 Handler add_train(CLI::App& app, const GlobalOptions& g) {
   auto* cmd = app.add_subcommand("train", "Run GRPO training of an experiment config (multi-turn rollouts, "
                                           "DCP, rank reward, compaction)");
@@ -99,6 +116,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     check_compiler(*environment, exp.env.backend);  // settings under which nothing compiles: exit 2 now
     rl::VerifierGrader grader(*environment->verifier, static_cast<int>(std::max<int64_t>(1, exp.env.workers)));
     std::unique_ptr<store::Store> db;
+    const bool new_store = rdv.rank == 0 && !std::filesystem::exists(g.db);
     if (rdv.rank == 0) db = std::make_unique<store::Store>(g.db);
     rl::TrainContext ctx;
     ctx.store = db.get();
@@ -109,7 +127,15 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
     if (!o->resume.empty()) ctx.resume_run_id = o->resume;
     ctx.progress = exp.logging.progress && rdv.rank == 0;
     if (rdv.rank == 0) ctx.device_info = describe_devices(exp, cuda, rdv.local_rank);
-    const auto s = rl::train(exp, ctx);
+    rl::TrainSummary s;
+    try {
+      s = rl::train(exp, ctx);
+    } catch (...) {
+      // A run that failed before it wrote anything (a model that does not load, say) leaves no
+      // empty store behind when this command created it.
+      if (new_store) remove_store_if_empty(db, g.db);
+      throw;
+    }
     if (rdv.rank != 0) return 0;  // rank 0 prints the summary
     if (s.already_finished) {
       std::cout << "run " << s.run_id << " has already finished (" << s.steps

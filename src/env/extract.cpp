@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
+#include <stdexcept>
 #include <optional>
 #include <vector>
 
@@ -155,6 +157,16 @@ ExtractedAnswer extract_answer(std::string_view response, CodeLanguage expected)
   out.plan_yaml = plan->body;
   out.plan_line = plan->open_line + 1;
   return out;
+}
+
+std::string read_answer_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::string text(kMaxAnswerBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw std::runtime_error("cannot read " + path);
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
 }
 
 }  // namespace leap::env

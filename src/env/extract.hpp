@@ -37,4 +37,10 @@ struct ExtractedAnswer {
 /// larger than kMaxCodeBytes (naming the limit). The launch plan's limits are parse_launch_plan's.
 ExtractedAnswer extract_answer(std::string_view response, CodeLanguage expected);
 
+/// Reads an answer file (bytes, no decoding), at most kMaxAnswerBytes + 1 of them: a longer file
+/// comes back one byte over the limit, so extract_answer refuses it by name without the whole file
+/// (hundreds of megabytes, say) being read first. Throws std::runtime_error naming the path when
+/// the file cannot be opened or read.
+std::string read_answer_file(const std::string& path);
+
 }  // namespace leap::env
