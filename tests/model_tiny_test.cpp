@@ -278,6 +278,21 @@ TEST_CASE("model: leap model init / inspect / tokenize / generate commands") {
   CHECK(r.err.find("max_position_embeddings") != std::string::npos);
   r = leap::test::run_leap("model inspect " + (tmp.path / "nothing").string());
   CHECK(r.rc == 1);
+  {
+    // A config.json whose sizes do not fit the weights: inspect says so, as loading would.
+    const std::string bad = (tmp.path / "bad").string();
+    std::filesystem::copy(dir, bad);
+    std::string cfg = leap::test::read_file(bad + "/config.json");
+    const auto at = cfg.find("\"intermediate_size\"");
+    REQUIRE(at != std::string::npos);
+    const auto digits = cfg.find_first_of("0123456789", at);
+    cfg.insert(digits, "1");  // 1 before the number: a size no weight has
+    std::ofstream(bad + "/config.json", std::ios::trunc) << cfg;
+    r = leap::test::run_leap("model inspect " + bad);
+    CHECK(r.rc == 1);
+    CHECK_MESSAGE(r.err.find("the config needs") != std::string::npos, r.err);
+    CHECK(r.err.find("mlp.") != std::string::npos);
+  }
 }
 
 TEST_SUITE_END();

@@ -7,6 +7,7 @@
 #include "model/generate.hpp"
 #include "model/safetensors_torch.hpp"
 #include "model/transformer.hpp"
+#include "model/weight_shapes.hpp"
 #include "model_fixtures.hpp"
 #include "util/error.hpp"
 
@@ -304,6 +305,35 @@ TEST_CASE("model: LoRA adapters start as a no-op, train only themselves, save an
   torch::NoGradGuard ng;
   CHECK(max_diff(model->forward_logits(ref["input_ids"]), other->forward_logits(ref["input_ids"])) < 1e-5);
   CHECK(max_diff(other->forward_logits(ref["input_ids"]), ref["logits"]) > 1e-3);
+}
+
+TEST_CASE("model: hf_weight_shapes lists what transformers saves and what the module holds (qwen2, qwen3, llama)") {
+  const auto& root = fixture_dir();
+  for (const char* name : kModels) {
+    CAPTURE(name);
+    const ModelConfig c = load_model_config(root / name);
+    const auto want = hf_weight_shapes(c);
+    // transformers' save_pretrained: the same names and shapes (a tied lm_head is not saved).
+    auto ckpt = SafetensorsCheckpoint::open(root / name);
+    std::map<std::string, std::vector<int64_t>> saved;
+    for (const auto& n : ckpt.names()) saved[n] = ckpt.at(n).shape;
+    CHECK(saved == want);
+    // The module: hf_state_dict's names and sizes.
+    Transformer m(c);
+    std::map<std::string, std::vector<int64_t>> held;
+    for (const auto& [n, p] : m->hf_state_dict()) held[n] = p.sizes().vec();
+    CHECK(held == want);
+    CHECK_NOTHROW(check_weights(ckpt, c));
+  }
+  // A shape the config does not give is named with both shapes, without building the model.
+  ModelConfig c = load_model_config(root / "llama");
+  c.intermediate_size += 1;
+  CHECK_THROWS_WITH_AS(check_weights(SafetensorsCheckpoint::open(root / "llama"), c),
+                       doctest::Contains(("down_proj.weight' has shape [" + std::to_string(c.hidden_size) + ", " +
+                                         std::to_string(c.intermediate_size - 1) + "], the config needs [" +
+                                         std::to_string(c.hidden_size) + ", " + std::to_string(c.intermediate_size) + "]")
+                                            .c_str()),
+                       leap::ModelError);
 }
 
 TEST_CASE("model: checkpoint errors name the tensor, unsupported rope is refused") {

@@ -21,6 +21,7 @@
 #include "model/tiny_model.hpp"
 #include "model/tokenizer.hpp"
 #include "model/transformer.hpp"
+#include "model/weight_shapes.hpp"
 #include "rl/prompts.hpp"
 #include "rl/sft.hpp"
 #include "tasks/task_spec.hpp"
@@ -46,6 +47,7 @@ int inspect(const std::string& path) {
   using namespace leap::model;
   const ModelConfig c = load_model_config(path);
   const auto ckpt = SafetensorsCheckpoint::open(path);
+  check_weights(ckpt, c);  // what loading would refuse (a missing tensor, a shape), refused here
   int64_t params = 0;
   double bytes = 0;
   std::map<std::string, int64_t> by_dtype;

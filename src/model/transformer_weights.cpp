@@ -3,6 +3,7 @@
 #include "model/safetensors_torch.hpp"
 #include "model/transformer.hpp"
 #include "model/transformer_internal.hpp"
+#include "model/weight_shapes.hpp"
 #include "util/error.hpp"
 
 namespace leap::model {
@@ -23,22 +24,13 @@ std::map<std::string, torch::Tensor> TransformerImpl::hf_state_dict() const {
 }
 
 void TransformerImpl::load(const SafetensorsCheckpoint& ckpt) {
+  check_weights(ckpt, config_);  // names and shapes, with the messages `leap model inspect` gives
   auto params = hf_state_dict();
-  const std::string src = ckpt.source().string();
-  for (const auto& name : ckpt.names()) {
-    if (params.count(name)) continue;
-    if (name == "lm_head.weight" && config_.tie_word_embeddings) continue;
-    if (name.ends_with(".rotary_emb.inv_freq")) continue;
-    throw ModelError(src + ": unexpected tensor '" + name + "' for model_type " + config_.model_type_name +
-                     " (the config does not use it)");
-  }
   torch::NoGradGuard ng;
   for (auto& [name, p] : params) {
     const TensorView* v = ckpt.find(name);
-    if (v == nullptr) throw ModelError(src + ": missing tensor '" + name + "'");
-    if (at::IntArrayRef(v->shape) != p.sizes())
-      throw ModelError(src + ": tensor '" + name + "' has shape " + shape_str(v->shape) + ", the config needs " +
-                       shape_str(p.sizes()));
+    if (v == nullptr || at::IntArrayRef(v->shape) != p.sizes())  // hf_weight_shapes disagrees with the module
+      throw ModelError(ckpt.source().string() + ": tensor '" + name + "' does not fit parameter " + shape_str(p.sizes()));
     p.copy_(to_torch(*v, /*copy=*/false));
   }
 }
