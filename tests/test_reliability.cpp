@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <exception>
@@ -705,76 +706,140 @@ TEST_CASE("reliability: leap train with a reference that never returns fails the
   CHECK(has(text(s, "SELECT message FROM events WHERE kind = 'error'"), "relu/task.yaml"));
 }
 
+namespace {
+
+/// A `leap train` child of quickstart.yaml on the tiny model (SFT and evaluations off, a
+/// checkpoint every step, `extra` --set pairs appended), stderr to `log`, stdout a pipe whose
+/// reader is gone (every write EPIPE, and SIGPIPE), SIGPIPE and SIGHUP at their defaults.
+struct TrainChild {
+  pid_t pid = -1;
+  int status = 0;
+  bool exited = false;
+  fs::path results;
+
+  TrainChild(const test::TempDir& dir, const std::string& db, const std::string& log,
+             const std::vector<std::string>& extra) {
+    results = dir.path / "results";
+    std::vector<std::string> argv{
+        test::leap_binary(), "train", std::string(LEAP_SOURCE_DIR) + "/configs/quickstart.yaml", "--db", db,
+        "--results-dir", results.string(), "--set", "model.path=" + (test::tiny_model() / "tiny").string(),
+        "--set", "train.steps=50", "--set", "train.checkpoint_every=1", "--set", "train.sft.enabled=false",
+        "--set", "train.eval_every=0", "--set", "rollout.tasks_per_step=2", "--set", "rollout.group_size=2",
+        "--set", "turns.max=1", "--set", "model.cpu_threads=1"};
+    for (const auto& e : extra) argv.insert(argv.end(), {"--set", e});
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      close(out[1]);
+      FILE* f = freopen(log.c_str(), "w", stderr);
+      (void)f;
+      signal(SIGPIPE, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
+      signal(SIGINT, SIG_DFL);
+      if (chdir(LEAP_SOURCE_DIR) != 0) _exit(126);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(out[0]);  // no reader
+    close(out[1]);
+  }
+  ~TrainChild() {
+    if (!exited && pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+  }
+  /// Polls until `ready()` or the child exits (true: still running), at most `seconds`.
+  bool wait_until(const std::function<bool()>& ready, double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!ready() && std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(seconds)) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return !exited;
+  }
+  /// Waits for the exit, at most `seconds`; true when it came.
+  bool wait_exit(double seconds) {
+    wait_until([] { return false; }, seconds);
+    return exited;
+  }
+  /// A checkpoint of step 1 exists under the results folder.
+  bool checkpointed() const {
+    std::error_code ec;
+    if (!fs::exists(results, ec)) return false;
+    for (const auto& run : fs::directory_iterator(results, ec))
+      if (fs::exists(run.path() / "checkpoints" / "step-1", ec)) return true;
+    return false;
+  }
+};
+
+}  // namespace
+
 TEST_CASE("reliability: a closed terminal (SIGHUP) and a closed stdout (SIGPIPE) stop a run as interrupted, not dead") {
   // A new user's `leap train ... | head -1` (exit 141) and a closed terminal (129) left the run
   // 'running' with a dead lease (2026-12-07). Here stdout is a pipe whose reader is gone from the
   // start, and SIGHUP comes once step 1 is checkpointed.
   test::TempDir dir;
   const std::string db = (dir.path / "leap.db").string();
-  const fs::path results = dir.path / "results";
-  const std::vector<std::string> argv{
-      test::leap_binary(), "train", std::string(LEAP_SOURCE_DIR) + "/configs/quickstart.yaml", "--db", db,
-      "--results-dir", results.string(), "--set", "model.path=" + (test::tiny_model() / "tiny").string(),
-      "--set", "train.steps=50", "--set", "train.checkpoint_every=1", "--set", "train.sft.enabled=false",
-      "--set", "train.eval_every=0", "--set", "rollout.tasks_per_step=2", "--set", "rollout.group_size=2",
-      "--set", "rollout.max_new_tokens=8", "--set", "turns.max=1", "--set", "model.cpu_threads=1"};
   const std::string log = (dir.path / "train.err").string();
-  int out[2];
-  REQUIRE(pipe(out) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    close(out[0]);
-    close(out[1]);
-    FILE* f = freopen(log.c_str(), "w", stderr);
-    (void)f;
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    if (chdir(LEAP_SOURCE_DIR) != 0) _exit(126);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(out[0]);  // no reader: every write to the child's stdout is EPIPE (and SIGPIPE)
-  close(out[1]);
-  auto checkpointed = [&] {
-    std::error_code ec;
-    if (!fs::exists(results, ec)) return false;
-    for (const auto& run : fs::directory_iterator(results, ec))
-      if (fs::exists(run.path() / "checkpoints" / "step-1", ec)) return true;
-    return false;
-  };
-  int status = 0;
-  bool exited = false;
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!checkpointed() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300)) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      exited = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!exited) {
-    kill(pid, SIGHUP);
-    const auto t1 = std::chrono::steady_clock::now();
-    while (!(exited = waitpid(pid, &status, WNOHANG) == pid) &&
-           std::chrono::steady_clock::now() - t1 < std::chrono::seconds(300))
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!exited) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
+  TrainChild child(dir, db, log, {"rollout.max_new_tokens=8"});
+  if (child.wait_until([&] { return child.checkpointed(); }, 300)) {
+    kill(child.pid, SIGHUP);
+    child.wait_exit(300);
   }
   INFO(test::read_file(log));
-  REQUIRE(exited);
-  CHECK_MESSAGE(WIFEXITED(status), "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+  REQUIRE(child.exited);
+  CHECK_MESSAGE(WIFEXITED(child.status), "killed by signal " << (WIFSIGNALED(child.status) ? WTERMSIG(child.status) : 0));
+  CHECK(test::read_file(log).find("stopping after the current step") != std::string::npos);
   store::Store s(db);
   auto runs = s.list_runs();
   REQUIRE(runs.size() == 1);
   CHECK(runs[0].status == store::RunStatus::interrupted);
+  CHECK(s.latest_checkpoint(runs[0].id).has_value());
+}
+
+TEST_CASE("reliability: Ctrl-C is acknowledged at once, and a second Ctrl-C stops at once with the run interrupted") {
+  // A new user's Ctrl-C during a long evaluation printed nothing until the evaluation ended, and
+  // a second one did nothing (2026-12-07). A step of 16 rollouts of up to 1024 tokens takes about
+  // 5 s here (one thread, a quiet machine); the first signal comes within ~40 ms of step 2's start
+  // (the step-1 checkpoint), the second within ~50 ms of the first: both land inside step 2.
+  test::TempDir dir;
+  const std::string db = (dir.path / "leap.db").string();
+  const std::string log = (dir.path / "train.err").string();
+  TrainChild child(dir, db, log, {"rollout.max_new_tokens=1024", "rollout.group_size=8"});
+  const auto acknowledged = [&] { return test::read_file(log).find("Ctrl-C again stops now") != std::string::npos; };
+  if (child.wait_until([&] { return child.checkpointed(); }, 300)) {
+    kill(child.pid, SIGINT);
+    if (child.wait_until(acknowledged, 30)) {
+      kill(child.pid, SIGINT);
+      child.wait_exit(60);
+    }
+  }
+  const std::string err = test::read_file(log);
+  INFO(err);
+  REQUIRE(child.exited);
+  CHECK(acknowledged());
+  CHECK(err.find("interrupted again: stopping now") != std::string::npos);
+  REQUIRE(WIFEXITED(child.status));
+  CHECK(WEXITSTATUS(child.status) == 130);
+  store::Store s(db);
+  auto runs = s.list_runs();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].status == store::RunStatus::interrupted);
+  CHECK(test::read_file(log).find("continue with") == std::string::npos);  // not the graceful stop
+  store::Statement ev = s.db().prepare("SELECT count(*) FROM events WHERE kind = 'interrupt'");
+  REQUIRE(ev.step());
+  CHECK(ev.column_int64(0) == 1);
   CHECK(s.latest_checkpoint(runs[0].id).has_value());
 }
 

@@ -24,12 +24,15 @@ struct sigaction g_old[32];
 const int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 std::terminate_handler g_old_terminate = nullptr;
 
-void run_helper(const char* reason) {
+/// Forks and execs the helper for the guarded run, once; `status` is nullptr (failed) or
+/// "interrupted". Only fork, execve and waitpid: callable from a signal handler.
+void run_helper_as(const char* reason, const char* status) {
   if (!g_armed) return;
   g_armed = false;  // once
   pid_t pid = fork();
   if (pid == 0) {
-    char* argv[] = {g_exe, const_cast<char*>("__leap_mark_failed"), g_db, g_run, g_pid, const_cast<char*>(reason), nullptr};
+    char* argv[] = {g_exe, const_cast<char*>("__leap_mark_failed"), g_db, g_run, g_pid, const_cast<char*>(reason),
+                    const_cast<char*>(status), nullptr};
     char* envp[] = {nullptr};
     execve(g_exe, argv, envp);
     _exit(127);
@@ -40,6 +43,8 @@ void run_helper(const char* reason) {
     }
   }
 }
+
+void run_helper(const char* reason) { run_helper_as(reason, nullptr); }
 
 const char* signal_reason(int sig) {
   switch (sig) {
@@ -99,6 +104,12 @@ CrashGuard::~CrashGuard() {
   g_exe[0] = 0;
 }
 
+void interrupt_exit_now() {
+  run_helper_as("interrupted twice: the process stopped at once, during a step; the run resumes from its last checkpoint",
+                "interrupted");
+  _exit(130);
+}
+
 bool is_mark_failed_invocation(int argc, char** argv) {
   return argc >= 6 && std::strcmp(argv[1], "__leap_mark_failed") == 0;
 }
@@ -112,8 +123,9 @@ int mark_failed_main(int argc, char** argv) {
     auto row = db.get_run(run);
     if (!row || row->status != store::RunStatus::running) return 1;
     if (auto lease = db.get_lease(run); lease && lease->pid != pid) return 1;  // not the dying process's run
-    db.add_event(run, std::nullopt, "error", argv[5]);
-    db.finish_run(run, store::RunStatus::failed);
+    const bool interrupted = argc >= 7 && std::strcmp(argv[6], "interrupted") == 0;
+    db.add_event(run, std::nullopt, interrupted ? "interrupt" : "error", argv[5]);
+    db.finish_run(run, interrupted ? store::RunStatus::interrupted : store::RunStatus::failed);
     return 0;
   } catch (const std::exception&) {
     return 1;

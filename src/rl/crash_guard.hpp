@@ -22,10 +22,18 @@ class CrashGuard {
   CrashGuard& operator=(const CrashGuard&) = delete;
 };
 
+/// For a second SIGINT (the user insists on stopping now), called from the signal handler: runs
+/// the helper to mark the guarded run `interrupted` with an `interrupt` event (only while it is
+/// `running` under this process's lease, as for a crash), then ends the process with status 130
+/// (_exit: no destructors). Without a guard (before the run row exists) it only exits. The run
+/// resumes from its last checkpoint (`--resume` redoes the steps after it).
+[[noreturn]] void interrupt_exit_now();
+
 /// True when argv asks for the helper (argv[1] == "__leap_mark_failed").
 bool is_mark_failed_invocation(int argc, char** argv);
-/// The helper's main: `__leap_mark_failed DB RUN PID REASON`. Returns 0 when it marked the run,
-/// 1 when it did not (another status, another holder, or an error).
+/// The helper's main: `__leap_mark_failed DB RUN PID REASON [interrupted]`: marks the run `failed`
+/// with an `error` event, or with `interrupted` `interrupted` with an `interrupt` event. Returns 0
+/// when it marked the run, 1 when it did not (another status, another holder, or an error).
 int mark_failed_main(int argc, char** argv);
 
 }  // namespace leap::rl

@@ -67,13 +67,27 @@ using Clock = std::chrono::steady_clock;
 constexpr double kLeaseStaleSeconds = 2 * 3600.0;
 
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) {
-  g_interrupted = true;
+extern "C" void on_sigint(int sig) {
+  // write(2) and the crash guard's helper only: async-signal-safe.
+  if (g_interrupted.exchange(true)) {
+    if (sig != SIGINT) return;  // a repeated SIGTERM or SIGHUP changes nothing
+    static const char now[] = "\nleap: interrupted again: stopping now; the run resumes from its last checkpoint\n";
+    ssize_t w = write(STDERR_FILENO, now, sizeof now - 1);
+    (void)w;
+    interrupt_exit_now();
+  }
   util::note_interrupt();  // a reference that never returns cannot block the stop (env/reference.hpp)
+  static const char ack[] =
+      "\nleap: stopping after the current step or evaluation (checkpointed, the run marked interrupted); "
+      "Ctrl-C again stops now\n";
+  ssize_t w = write(STDERR_FILENO, ack, sizeof ack - 1);
+  (void)w;
 }
 
 /// For the life of a training call: SIGINT, SIGTERM and SIGHUP (the terminal closed) stop the run
-/// after its current step, checkpointed and marked interrupted; SIGPIPE is ignored, so a closed
+/// after its current step (or evaluation), checkpointed and marked interrupted, and say so on
+/// stderr at once; a second SIGINT stops the process at once (rl::interrupt_exit_now: the run
+/// `interrupted`, exit 130); SIGPIPE is ignored, so a closed
 /// stdout (`leap train ... | head`) fails those writes instead of killing the run mid-step (the
 /// log file goes on). Both used to leave the run 'running' with a dead lease.
 class InterruptGuard {
