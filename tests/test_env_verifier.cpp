@@ -413,6 +413,36 @@ TEST_CASE("env: every starter cpu solution is correct") {
   CHECK(checked >= 29);
 }
 
+TEST_CASE("env: the cpu reference's time is its call alone, not the cloning of its inputs") {
+  // A reference that reads one column of a 64-MiB input: cloning the input took 35 ms where the
+  // call takes ~0.05 ms, and an honest column copy was paid 377x (a tester, 2026-12-07).
+  leap::test::TempDir dir;
+  dir.write("col/task.yaml", R"(name: first_column
+sizes: {B: 4096, N: 4096}
+sizes_cpu: {B: 4096, N: 4096}
+inputs:
+  x: {dtype: float32, shape: [B, N], init: {normal: {mean: 0, std: 1}}}
+outputs:
+  y: {dtype: float32, shape: [B]}
+reference:
+  torchscript: |
+    def reference(x: Tensor) -> Tensor:
+        return x[:, 0].contiguous()
+tolerance: {atol: 1.0e-5, rtol: 1.0e-5}
+)");
+  RuntimeTask task(leap::tasks::load_task((dir.path / "col").string()), "cpu");
+  const std::string code =
+      "#include <cstdint>\n"
+      "extern \"C\" void first_column(const float* x, float* y, int64_t B, int64_t N) {\n"
+      "  for (int64_t b = 0; b < B; ++b) y[b] = x[b * N];\n}\n";
+  auto r = eval(task, answer(code, "launches:\n  - kernel: first_column\n    args: [x, y, B, N]\n"));
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == Verdict::correct);
+  // A 64-MiB clone is milliseconds on any machine; the call is tens of microseconds.
+  CHECK(r.reference_ms < 2.0);
+  CHECK(r.speedup < 9.0);  // not flagged: the honest copy is about as fast as the reference
+}
+
 TEST_CASE("env: the weak-task detector flags references that ignore inputs or that trivial kernels pass") {
   leap::test::TempDir dir;
   auto make = [&](const std::string& name, const std::string& init, const std::string& body) {
