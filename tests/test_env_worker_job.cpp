@@ -126,3 +126,24 @@ TEST_CASE("env worker job: the job and the reply survive encoding, withheld snap
   CHECK_THROWS(env::decode_reply("{\"verdict\": \"best\", \"message\": \"\", \"failed_launch\": -1, \"times_ms\": [], \"runs\": []}"));
   CHECK_THROWS(env::decode_reply("not json"));
 }
+
+TEST_CASE("env worker job: a reply frame of too many or too deep arrays is refused before it is parsed") {
+  // A red team's 16-MiB frame of '[' took the parser 1.1 GB (2026-12-07); the scan builds nothing.
+  const std::string nest(1 << 20, '[');
+  CHECK(env::check_reply_shape(nest).find("nests deeper than") != std::string::npos);
+  CHECK_THROWS_WITH(env::decode_reply(nest), doctest::Contains("nests deeper than"));
+  std::string flat = "{\"times_ms\": [";
+  for (int i = 0; i < 1000; ++i) flat += std::string(i ? "," : "") + "[]";
+  flat += "]}";
+  CHECK(env::check_reply_shape(flat).find("more than 16 arrays and objects") != std::string::npos);
+  // Brackets inside strings (a message quoting code, with escaped quotes) are text, not structure.
+  env::RunOutcome out;
+  out.verdict = env::Verdict::runtime_error;
+  out.message = "a[b[c[d[e[f]]]]] \"{{{{{{\" \\ [[[[[[[[[[[[[[[[[[[[";
+  out.times_ms = {1.0};
+  out.runs = {0};
+  const std::string body = env::encode_reply(out, false);
+  CHECK(env::check_reply_shape(body).empty());
+  CHECK(env::decode_reply(body).outcome.message == out.message);
+  CHECK(env::check_reply_shape("{\"ran\":3}").empty());
+}

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "env/dtype.hpp"
+#include "util/error.hpp"
 
 namespace leap::env {
 
@@ -171,7 +172,31 @@ std::string encode_reply(const RunOutcome& outcome, bool exiting) {
   return reply.dump();
 }
 
+std::string check_reply_shape(std::string_view body) {
+  int depth = 0, containers = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character is skipped
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++containers > kMaxReplyContainers)
+        return "it holds more than " + std::to_string(kMaxReplyContainers) + " arrays and objects";
+      if (++depth > kMaxReplyDepth) return "it nests deeper than " + std::to_string(kMaxReplyDepth) + " levels";
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return "";
+}
+
 WorkerReply decode_reply(std::string_view body) {
+  if (const std::string why = check_reply_shape(body); !why.empty()) throw Error(why);
   const json j = json::parse(body);
   return {outcome_from_json(j), j.value("exiting", false)};
 }

@@ -46,8 +46,20 @@ struct WorkerReply {
   bool exiting = false;
 };
 
-/// Parses encode_reply's message (or one forged in its place). Throws nlohmann::json's
-/// exceptions, or leap::Error for an unknown verdict.
+/// Arrays and objects a reply frame may hold, and how deep: encode_reply writes one object of
+/// four arrays (depth 2), a progress frame `{"ran":N}` one object.
+inline constexpr int kMaxReplyContainers = 16;
+inline constexpr int kMaxReplyDepth = 4;
+
+/// Scans a frame's JSON text, without building anything, for more than kMaxReplyContainers
+/// arrays and objects or nesting deeper than kMaxReplyDepth (strings skipped, escapes honoured).
+/// Returns "" when within both, else what is wrong. A forged 16-MiB frame of `[` once took the
+/// parser 1.1 GB of the grader's memory (a red team, 2026-12-07).
+std::string check_reply_shape(std::string_view body);
+
+/// Parses encode_reply's message (or one forged in its place), after check_reply_shape. Throws
+/// leap::Error for a frame of the wrong shape or an unknown verdict, nlohmann::json's exceptions
+/// for text that is not such a message.
 WorkerReply decode_reply(std::string_view body);
 
 }  // namespace leap::env
