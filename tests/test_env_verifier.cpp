@@ -443,6 +443,35 @@ tolerance: {atol: 1.0e-5, rtol: 1.0e-5}
   CHECK(r.speedup < 9.0);  // not flagged: the honest copy is about as fast as the reference
 }
 
+TEST_CASE("env: a cpu plan's scratch is held to 1 GiB and to env.worker_memory_mb") {
+  // A red team's unused 4-GiB scratch cost 20-29 s and 4 GB of the grader's memory, whatever
+  // env.worker_memory_mb said (2026-12-07): scratch is mapped by the grader and zero-filled by it.
+  auto task = starter_task("relu");
+  const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
+  const auto with_scratch = [&](int64_t floats) {
+    std::string a = good;
+    const size_t at = a.find("```yaml\n");
+    REQUIRE(at != std::string::npos);
+    return a.insert(at + 8, "scratch:\n  pad: {dtype: float32, shape: [" + std::to_string(floats) + "]}\n");
+  };
+  auto over = eval(*task, with_scratch((int64_t(1) << 28) + 1));  // 1 GiB + 4 bytes
+  CAPTURE(over.feedback);
+  CHECK(over.verdict != Verdict::correct);
+  CHECK(contains(over.feedback, "more than the limit of 1073741824"));
+  CHECK(contains(over.feedback, "env.worker_memory_mb"));
+  leap::test::TempDir cache;
+  leap::config::EnvConfig small = test_env(cache.path.string());
+  small.worker_memory_mb = 64;
+  auto env = leap::cli::make_environment(small, "cpu");
+  auto refused = env->verifier->evaluate(*task, with_scratch(int64_t(1) << 25));  // 128 MiB
+  CAPTURE(refused.feedback);
+  CHECK(refused.verdict != Verdict::correct);
+  CHECK(contains(refused.feedback, "more than the limit of 67108864"));
+  auto fits = env->verifier->evaluate(*task, with_scratch(int64_t(1) << 20));  // 4 MiB
+  CAPTURE(fits.feedback);
+  CHECK(fits.verdict == Verdict::correct);
+}
+
 TEST_CASE("env: the weak-task detector flags references that ignore inputs or that trivial kernels pass") {
   leap::test::TempDir dir;
   auto make = [&](const std::string& name, const std::string& init, const std::string& body) {

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
 #include "env/cpu_backend.hpp"
+#include "env/sandbox.hpp"
 #include "env/reference.hpp"
 #if LEAP_HAVE_NVRTC
 #include "env/cuda_backend.hpp"
@@ -78,6 +80,7 @@ std::shared_ptr<env::Backend> make_cpu_backend(const config::EnvConfig& e, const
   co.feedback_chars = static_cast<size_t>(e.feedback_max_chars);
   co.cache_dir = cache_dir;
   co.sandbox = env::sandbox_mode_from_string(e.sandbox);
+  co.max_scratch_bytes = std::min(env::kMaxCpuScratchBytes, env::resolved_memory_mb(e.worker_memory_mb) << 20);
   return std::make_shared<env::CpuBackend>(co);
 }
 

@@ -94,7 +94,7 @@ std::vector<Field> build() {
   s.push_back(E("env.sandbox", {"off", "auto", "strict"}, member(&E_::env, &EnvConfig::sandbox),
                 "sandbox of the processes that run or compile generated code: off, auto (what the host allows), strict (refuse without every protection)"));
   s.push_back(F("env.worker_memory_mb", FT::Int, member(&E_::env, &EnvConfig::worker_memory_mb),
-                "memory of one worker process beyond its tensors (MB); 0 = auto (a quarter of the machine, 1024 to 8192)", 0, 1 << 20));
+                "memory of one worker process beyond its tensors (MB); 0 = auto (a quarter of the machine, 1024 to 8192); also the most scratch a cpu plan may declare (at most 1 GiB)", 0, 1 << 20));
   s.push_back(F("env.cpu.compiler", FT::String, member(&E_::env, &EnvConfig::cpu, &EnvCpuConfig::compiler),
                 "host C++ compiler for cpu candidates"));
   s.push_back(F("env.cpu.flags", FT::String, member(&E_::env, &EnvConfig::cpu, &EnvCpuConfig::flags),

@@ -78,7 +78,8 @@ void bind_scratch(const LaunchPlan& plan, const LaunchLimits& limits, ExprEnv& e
     scratch_bytes += static_cast<int64_t>(std::min(bytes, 9e18));
     if (limits.max_scratch_bytes > 0 && scratch_bytes > limits.max_scratch_bytes)
       throw LaunchError(at("scratch." + s.name, s.line) + ": scratch buffers need " + std::to_string(scratch_bytes) +
-                        " bytes, more than the limit of " + std::to_string(limits.max_scratch_bytes));
+                        " bytes, more than the limit of " + std::to_string(limits.max_scratch_bytes) +
+                        (limits.max_scratch_source.empty() ? "" : " (" + limits.max_scratch_source + ")"));
     env.shapes[s.name] = b.shape;
     out.tensors.push_back(std::move(b));
   }

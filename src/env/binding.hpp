@@ -61,6 +61,7 @@ struct LaunchLimits {
   std::array<int64_t, 3> max_grid{0, 0, 0};
   int64_t max_shared_bytes = 0;               ///< per block, bytes
   int64_t max_scratch_bytes = int64_t(1) << 32;  ///< all scratch together, bytes
+  std::string max_scratch_source;  ///< what sets max_scratch_bytes, for the message ("" = nothing said)
 };
 
 /// Evaluates the task's tensor shapes (throws leap::Error: a broken task, not the candidate's

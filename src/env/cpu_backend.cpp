@@ -227,6 +227,8 @@ CpuBackend::CpuBackend(CpuBackendOptions options, WorkerSide) : options_(std::mo
 
 LaunchLimits CpuBackend::limits() const {
   LaunchLimits l;
+  l.max_scratch_bytes = options_.max_scratch_bytes;
+  l.max_scratch_source = "the cpu backend's: 1 GiB, or env.worker_memory_mb when less";
   return l;
 }
 

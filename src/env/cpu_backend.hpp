@@ -61,7 +61,17 @@ struct CpuBackendOptions {
   /// newline and "g++: fatal error: Killed signal" kept a red team's failure out of the cache and
   /// cost a full compile at every resubmission), so they decide only this short memory. 0: none.
   double host_failure_memory_s = 120;
+  /// Most bytes of scratch one plan may declare, all buffers together (0: unchecked). Scratch
+  /// lives in a memory both the worker and the grader map, outside the worker's own memory limit,
+  /// and the grader zero-fills it before every run: a red team's unused 4-GiB scratch cost 20-29 s
+  /// and 4 GB of the grader's memory whatever env.worker_memory_mb said (2026-12-07). The
+  /// environment sets min(kMaxCpuScratchBytes, env.worker_memory_mb).
+  int64_t max_scratch_bytes = 0;
 };
+
+/// The cpu backend's own ceiling on one plan's scratch: 1 GiB (a zero-fill of 50-100 ms a run on
+/// the 2-core development machine; a [4096, 4096] float32 workspace is 64 MiB).
+inline constexpr int64_t kMaxCpuScratchBytes = int64_t(1) << 30;
 
 /// Generated source of the trampolines for `signatures` (see the file comment).
 std::string cpu_trampoline_source(const std::vector<std::string>& signatures);
