@@ -472,6 +472,53 @@ TEST_CASE("env: a cpu plan's scratch is held to 1 GiB and to env.worker_memory_m
   CHECK(fits.verdict == Verdict::correct);
 }
 
+TEST_CASE("env: an answer may pack the problem's weights once, whether the task stores them seeded or in a file") {
+  // A red team (2026-12-07): packing the weight on the first call was judged wrong when the
+  // weight was a seeded fixed value (rewritten between timed calls) and correct from a file.
+  leap::test::TempDir dir;
+  const std::string head = R"(sizes: {M: 32, K: 64, N: 48}
+inputs:
+  x: {dtype: float32, shape: [M, K], init: {normal: {mean: 0, std: 1}}}
+)";
+  const std::string tail = R"(  bias: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 0.1}}}
+outputs:
+  y: {dtype: float32, shape: [M, N]}
+reference:
+  torchscript: |
+    def reference(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return torch.nn.functional.linear(x, weight, bias)
+tolerance: {atol: 1.0e-4, rtol: 1.0e-4}
+)";
+  dir.write("seeded/task.yaml", "name: lin_seeded\n" + head +
+                                    "  weight: {dtype: float32, shape: [N, K], init: {normal: {mean: 0, std: 0.02}, seed: 7}}\n" + tail);
+  dir.write("filed/task.yaml", "name: lin_file\n" + head +
+                                   "  weight: {dtype: float32, shape: [N, K], init: {file: w.bin}}\n" + tail);
+  {
+    std::vector<float> w(48 * 64);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.02f * static_cast<float>(static_cast<int>(i % 17) - 8);
+    std::ofstream(dir.path / "filed" / "w.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size() * sizeof(float)));
+  }
+  const std::string code =
+      "#include <cstdint>\n#include <vector>\n"
+      "extern \"C\" void linear(const float* x, const float* w, const float* b, float* y, int64_t M, int64_t K, int64_t N) {\n"
+      "  static std::vector<float> wt;  // the weight as K x N, packed on the first call\n"
+      "  if (wt.empty()) { wt.resize(K * N); for (int64_t n = 0; n < N; ++n) for (int64_t k = 0; k < K; ++k) wt[k * N + n] = w[n * K + k]; }\n"
+      "  for (int64_t m = 0; m < M; ++m) {\n"
+      "    float* yr = y + m * N;\n"
+      "    for (int64_t n = 0; n < N; ++n) yr[n] = b[n];\n"
+      "    for (int64_t k = 0; k < K; ++k) { const float a = x[m * K + k]; for (int64_t n = 0; n < N; ++n) yr[n] += a * wt[k * N + n]; }\n"
+      "  }\n}\n";
+  const std::string text = answer(code, "launches:\n  - kernel: linear\n    args: [x, weight, bias, y, M, K, N]\n");
+  for (const char* name : {"seeded", "filed"}) {
+    CAPTURE(name);
+    RuntimeTask task(leap::tasks::load_task((dir.path / name).string()), "cpu");
+    auto r = eval(task, text);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::correct);
+  }
+}
+
 TEST_CASE("env: the weak-task detector flags references that ignore inputs or that trivial kernels pass") {
   leap::test::TempDir dir;
   auto make = [&](const std::string& name, const std::string& init, const std::string& body) {

@@ -65,7 +65,12 @@ void Evaluation::plan_timing() {
   const auto& sizes = task_.interface().sizes;
   for (size_t i = 0; i < n_in_; ++i) {
     const tasks::InitSpec& init = task_.spec().inputs[i].init;
-    if (init.kind != tasks::InitSpec::Kind::file) rewrite_inputs_.push_back(static_cast<int>(i));
+    // Fixed values are the problem's weights whichever way the task stores them (a file, or a
+    // seeded draw the same on every seed): an answer may pack them once, as a module's
+    // parameters are packed (seeded ones were rewritten, and such an honest answer judged wrong
+    // where the same weights from a file passed: a red team, 2026-12-07).
+    const bool fixed_value = init.kind == tasks::InitSpec::Kind::file || init.seed.has_value();
+    if (!fixed_value) rewrite_inputs_.push_back(static_cast<int>(i));
     const DType dt = bound_.tensors[i].dtype;
     const bool floating = dt == DType::float32 || dt == DType::float64 || dt == DType::float16 || dt == DType::bfloat16;
     if (!reference_on_device_ || !floating || init.strict || init.seed) continue;
