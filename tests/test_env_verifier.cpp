@@ -115,7 +115,23 @@ TEST_CASE("env: verifier verdicts on the cpu backend (softmax_rows)") {
     CHECK(contains(r.feedback, "max abs error"));
     CHECK(contains(r.feedback, "first bad index: [0, 0]"));
     CHECK(contains(r.feedback, "never written"));
+    CHECK(contains(r.feedback, "beyond tolerance (|out - ref| <= "));
     CHECK(r.details.at("mismatches") == "8192");
+  }
+  SUBCASE("an integer output one off is named as compared exactly, not by a float tolerance") {
+    // A tester (2026-12-07): "(|out - ref| <= 0 + 0.0001 * |ref|)" then "expected 31717, got 31718".
+    auto argmax = starter_task("argmax_rows");
+    std::string off = leap::test::read_file(kStarter + "/argmax_rows/solutions/cpu_rows.md");
+    const size_t at = off.find("idx[r] = bi;");
+    REQUIRE(at != std::string::npos);
+    off.replace(at, 12, "idx[r] = bi + (r == 3);");
+    auto r = eval(*argmax, off);
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::wrong_output);
+    CHECK(contains(r.feedback, "1 of "));
+    CHECK(contains(r.feedback, "(Long outputs must equal the reference exactly)"));
+    CHECK_FALSE(contains(r.feedback, "|out - ref|"));
+    CHECK(contains(r.feedback, "first bad index: [3]"));
   }
   SUBCASE("a kernel that writes half the output -> wrong_output naming the first bad index") {
     auto r = eval(*task, answer(softmax_code("", "rows / 2"), kSoftmaxPlan));

@@ -45,8 +45,11 @@ std::string wrong_output_text(const BoundTensor& bt, const Comparison& c, const 
   std::ostringstream s;
   s << "wrong output " << when << ": output '" << bt.name << "' (shape [";
   for (size_t d = 0; d < bt.shape.size(); ++d) s << (d ? ", " : "") << bt.shape[d];
-  s << "]): " << c.mismatches << " of " << c.numel << " elements differ beyond tolerance"
-    << " (|out - ref| <= " << fmt_num(c.atol_eff) << " + " << fmt_num(tol.rtol) << " * |ref|)\n";
+  s << "]): " << c.mismatches << " of " << c.numel << " elements differ";
+  if (at::isFloatingType(ref.scalar_type()))
+    s << " beyond tolerance (|out - ref| <= " << fmt_num(c.atol_eff) << " + " << fmt_num(tol.rtol) << " * |ref|)\n";
+  else  // integer and bool outputs are compared exactly (compare_outputs), whatever the task's tolerance
+    s << " (" << c10::toString(ref.scalar_type()) << " outputs must equal the reference exactly)\n";
   s << "max abs error: " << fmt_num(c.max_abs_error) << " at index " << index_text(c.max_index, bt.shape) << "\n";
   s << "first bad index: " << index_text(c.first_bad, bt.shape) << ": expected " << fmt_num(c.first_expected)
     << ", got " << fmt_num(c.first_got);
@@ -56,7 +59,8 @@ std::string wrong_output_text(const BoundTensor& bt, const Comparison& c, const 
   const bool prefill = c.first_bad >= 0 && c.first_bad < flat.numel() &&
                        is_poison(static_cast<const char*>(flat.data_ptr()) + c.first_bad * flat.element_size(), bt.dtype);
   if (std::isnan(c.first_got) && !std::isnan(c.first_expected))
-    s << (prefill ? " (NaN: outputs are pre-filled with NaN, so this element was probably never written)"
+    s << (prefill ? " (NaN: outputs are pre-filled with NaN, so this element was probably never written, or was "
+                    "computed from the pre-fill, e.g. `+=` into an output not cleared first)"
                   : " (a NaN the code computed, not the pre-fill's: look for 0/0, inf - inf or inf/inf, such as an "
                     "exp that overflowed)");
   else if (!at::isFloatingType(ref.scalar_type()) && c.first_got != c.first_expected &&
