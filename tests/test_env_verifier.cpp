@@ -573,6 +573,11 @@ tolerance: {atol: 1.0e-4, rtol: 1.0e-4}
   // A tiny constant output.
   auto constant = make("constant", "{normal: {mean: 0, std: 1}}", "torch.ones_like(x) * 1.0e-3 + (x * w) * 1.0e-9");
   CHECK(kinds(*constant).count("constant_pass"));
+  CHECK_FALSE(kinds(*constant).count("constant_input"));
+  // A weight of ones on every seed (a KernelBench norm layer's): an answer ignoring it passes.
+  auto ones = make("ones", "{normal: {mean: 1, std: 0}, seed: 5}", "x * w");
+  CHECK(kinds(*ones).count("constant_input"));
+  CHECK_FALSE(kinds(*honest).count("constant_input"));
 }
 
 TEST_CASE("env: validate flags a reference with a baked-in device (a KernelBench trace made on the CPU)") {

@@ -29,8 +29,15 @@ std::vector<Weakness> find_weaknesses(const RuntimeTask& task, const VerifierOpt
   std::vector<char> zeros_ok(n_out, 1), constant_ok(n_out, 1);
   std::vector<std::vector<char>> copy_ok(n_out);  // [output][input]: a same-sized input, still passing
   std::vector<Weakness> nonfinite;
+  std::vector<char> constant_in(spec.inputs.size(), 1);  // one value in every element, on every seed
+  std::vector<torch::Tensor> first_in;
   for (int s = 0; s < seeds; ++s) {
     std::vector<torch::Tensor> inputs = make_inputs(task, input_seed(task, options.seed, s), s);
+    for (size_t i = 0; i < inputs.size() && i < constant_in.size(); ++i) {
+      const torch::Tensor flat = inputs[i].reshape({-1});
+      if (s == 0) first_in.push_back(flat.numel() > 0 ? flat[0] : flat);
+      constant_in[i] = constant_in[i] && flat.numel() > 1 && torch::equal(flat, first_in[i].expand_as(flat));
+    }
     std::vector<torch::Tensor> refs = task.reference().run(task, inputs);
     for (size_t j = 0; j < refs.size(); ++j) {
       const torch::Tensor& r = refs[j];
@@ -64,6 +71,15 @@ std::vector<Weakness> find_weaknesses(const RuntimeTask& task, const VerifierOpt
     }
   }
   out.insert(out.end(), nonfinite.begin(), nonfinite.end());
+  // An input that is one constant everywhere and on every seed (KernelBench's norm layers start at
+  // weight 1, bias 0): an answer that assumes the constant passes (a tester, 2026-12-07).
+  for (size_t i = 0; i < constant_in.size() && i < first_in.size(); ++i)
+    if (constant_in[i])
+      out.push_back({"constant_input", "input '" + spec.inputs[i].name + "' is " +
+                                           std::to_string(first_in[i].item<double>()) +
+                                           " in every element on every seed: an answer that assumes it (ignores a "
+                                           "weight of ones or a bias of zeros) passes; declare a spread around it "
+                                           "(e.g. uniform: {low: 0.5, high: 1.5})"});
   // Does every input matter?
   std::vector<torch::Tensor> other = make_inputs(task, input_seed(task, options.seed + 7919, 0), 0);
   for (size_t i = 0; i < inputs0.size(); ++i) {

@@ -11,12 +11,14 @@ namespace leap::env {
 
 /// One weakness of a task.
 struct Weakness {
-  std::string kind;    ///< ignores_input | zeros_pass | constant_pass | copy_pass | nonfinite_reference | baked_device
+  std::string kind;    ///< ignores_input | constant_input | zeros_pass | constant_pass | copy_pass | nonfinite_reference | baked_device
   std::string detail;  ///< human-readable explanation
 };
 
 /// Runs the weak-task checks on the verifier's correctness seeds (same inputs, same comparison):
 /// - ignores_input: the outputs are bit-identical when one input is redrawn from another seed;
+/// - constant_input: an input of more than one element holds one value everywhere on every seed
+///   (a weight of ones, a bias of zeros), so an answer that assumes that value passes;
 /// - zeros_pass / constant_pass / copy_pass: an output filled with zeros, with one constant (the
 ///   mean of the first seed's reference) or with a copy of a same-sized input passes on every seed;
 /// - nonfinite_reference: the reference produces NaN or inf on some seed's inputs;

@@ -63,6 +63,57 @@ def get_init_inputs():
     return []
 '''
 
+LAYER_NORM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.ln = nn.LayerNorm(features)
+        self.bn = nn.BatchNorm1d(features)
+        self.register_buffer("scale", torch.ones(features))
+
+    def forward(self, x):
+        return self.bn(self.ln(x)) * self.scale
+
+
+batch_size = 32
+features = 64
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return [features]
+'''
+
+SQRT_WEIGHT = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.p = nn.Parameter(torch.zeros(n))
+
+    def forward(self, x):
+        return x * torch.sqrt(self.p) + x
+
+
+n = 128
+
+
+def get_inputs():
+    return [torch.randn(n)]
+
+
+def get_init_inputs():
+    return [n]
+'''
+
 
 def options(**kw):
     o = argparse.Namespace(seed=42, atol=1e-4, rtol=1e-4, timeout=300.0, memory_gb=4.0, cpu_ms=100.0, threads=1)
@@ -153,6 +204,44 @@ class ConverterSteps(unittest.TestCase):
         with self.assertRaises(Skip):
             convert_at(1, 3, path, self.dir.name, options(), 1.0)
         self.assertEqual([n for n in os.listdir(self.dir.name) if not n.endswith(".py")], [])
+
+    def test_constant_parameters_are_spread_and_buffers_kept(self):
+        # KernelBench's norm layers start at weight 1, bias 0 on every seed: an answer that ignored
+        # the affine part passed (a tester, 2026-12-07). Parameters are drawn around their value.
+        path = self.problem("40_LayerNorm.py", LAYER_NORM)
+        c = Conversion(1, 40, path, options(), 1.0, None, None)
+        c.analyse_full_size()
+        c.choose_trace_sizes()
+        c.build_traced_problem()
+        c.choose_value_rules()
+        self.assertEqual(c.rules["ln.weight"], ("uniform", 0.5, 1.5))
+        self.assertEqual(c.rules["ln.bias"], ("uniform", -0.5, 0.5))
+        self.assertEqual(c.rules["bn.weight"], ("uniform", 0.5, 1.5))
+        self.assertEqual(c.rules["bn.bias"], ("uniform", -0.5, 0.5))
+        self.assertEqual(c.rules["scale"], ("normal", 1.0, 0.0))  # a buffer: as KernelBench has it
+        w = c.state["ln.weight"]
+        self.assertGreater(float(w.std()), 0.1)
+        self.assertTrue(bool(((w >= 0.5) & (w <= 1.5)).all()))
+        # forward on those values, computed here independently (training-mode batch norm: batch statistics)
+        c.check_forward()
+        x = c.tensors[0]
+        ln = torch.nn.functional.layer_norm(x, (64,), c.state["ln.weight"], c.state["ln.bias"])
+        mean, var = ln.mean(0), ln.var(0, unbiased=False)
+        expected = (ln - mean) / torch.sqrt(var + 1e-5) * c.state["bn.weight"] + c.state["bn.bias"]
+        torch.testing.assert_close(c.out1[0], expected, rtol=1e-4, atol=1e-4)
+
+    def test_a_spread_that_makes_nan_falls_back_to_the_constant(self):
+        path = self.problem("9_SqrtWeight.py", SQRT_WEIGHT)
+        c = Conversion(1, 9, path, options(), 1.0, None, None)
+        c.analyse_full_size()
+        c.choose_trace_sizes()
+        c.build_traced_problem()
+        c.choose_value_rules()
+        self.assertEqual(c.rules["p"], ("uniform", -0.5, 0.5))
+        c.check_forward()  # sqrt of negative weights: NaN, so the zeros come back
+        self.assertEqual(c.rules["p"], ("normal", 0.0, 0.0))
+        self.assertTrue(bool(torch.isfinite(c.out1[0]).all()))
+        torch.testing.assert_close(c.out1[0], c.tensors[0])
 
     def test_level_4_is_out_of_scope(self):
         with self.assertRaises(Skip) as e:

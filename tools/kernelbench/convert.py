@@ -13,7 +13,7 @@ from .common import BASE_BYTES, CATEGORY, GIB, IMPORTER_VERSION, LEAN_SHARE, Ski
 from .source import base_symbols, load_module, module_ints, source_literals
 from .problem import Problem, analyze, dims_of, est_seconds, flat_outputs, lean_bytes, need_bytes, roles_kept
 from .sizes import eval_dim, fit_derived_dims, shrink_search
-from .values import fresh_like, generate, rules_by_module, weight_names, weight_rule
+from .values import fresh_like, generate, rules_by_module, spread_constant, weight_names, weight_rule
 from .tracing import close, lean_checks, meta_tensor_constants, meta_tracing, same, unbake_devices
 
 
@@ -191,10 +191,29 @@ class Conversion:
             if W.device != "meta":
                 self.rules[k] = weight_rule(W.state.get(k, v))
             self.wseed[k] = (self.seed * 1000003 + self.pid * 1009 + j * 7919 + 1) % (1 << 31)
+        # Constant parameters (a norm layer's weight 1 and bias 0) drawn around their value, so
+        # the check sees an answer that ignores them; buffers (running statistics) stay as they are.
+        self.spread = {}
+        for k, v in T.state.items():
+            r = self.rules.get(k, ("file",))
+            wider = spread_constant(r) if k in T.param_names and v.is_floating_point() else None
+            if wider is not None:
+                self.spread[k] = r
+                self.rules[k] = wider
         self.file_values = {k: W.state[k] for k in T.state
                             if self.rules.get(k, ("file",))[0] == "file" and W.device != "meta"}
         self.state = self.weights_for(T)
         self.tensors = T.tensors
+
+    def unspread(self):
+        """Back to the constant values of spread parameters (their spread made the forward
+        non-finite, say a sqrt of a weight): True when there were any."""
+        if not self.spread:
+            return False
+        self.rules.update(self.spread)
+        self.spread = {}
+        self.state = self.weights_for(self.T)
+        return True
 
     def weights_for(self, P):
         """The fixed values of problem P: its own for file values, else drawn by the rule."""
@@ -227,6 +246,8 @@ class Conversion:
                     analyze(self.path, self.src, self.trace_over, seed) if self.full_a is not None else None
                 if a_T is not None and est_seconds(a_T) > 0:
                     raise _Rescale(max(2.0, dt1 / est_seconds(a_T)))
+            if any(x.is_floating_point() and not torch.isfinite(x).all() for x in self.out1) and self.unspread():
+                return self.check_forward()  # the spread weights made NaN or inf: the constants
             torch.manual_seed(seed + 2)
             out2 = flat_outputs(T.call([t.clone() for t in tensors], {k: v.clone() for k, v in state.items()}))
             if not same(self.out1, out2):

@@ -98,6 +98,7 @@ class Problem:
             self.model = self.mod.Model(*init)
         self.batch_norms = prepare_model(self.model)
         state = dict(self.model.named_parameters())
+        self.param_names = set(state)  # parameters (weights), not buffers (running statistics)
         state.update(dict(self.model.named_buffers()))
         self.state = {k: v.detach() for k, v in state.items()}
         if not inputs:

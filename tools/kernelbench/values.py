@@ -54,6 +54,18 @@ def weight_rule(w):
     return ("file",)
 
 
+def spread_constant(rule):
+    """A constant parameter's rule ("normal", c, 0): ("uniform", c - s, c + s) with s = max(|c|, 1) / 2
+    (a LayerNorm's ones become U(0.5, 1.5), its zeros U(-0.5, 0.5)), else None. KernelBench's norm
+    layers start at the identity (weight 1, bias 0) on every seed, so an answer that ignored the
+    affine part passed the check (a tester, 2026-12-07); any values are the problem's function."""
+    if rule[0] != "normal" or rule[2] != 0.0:
+        return None
+    c = float(rule[1])
+    s = max(abs(c), 1.0) / 2
+    return ("uniform", c - s, c + s)
+
+
 def generate(rule, shape, seed, dtype):
     """The values LibTorch's make_inputs gives `init: {<rule>, seed: seed}` (same kernel, same order)."""
     g = torch.Generator().manual_seed(seed)
