@@ -228,6 +228,20 @@ TEST_CASE("cli: a train that fails before its run row exists leaves no store it 
   CHECK(std::filesystem::exists(db));
 }
 
+TEST_CASE("cli: the store is leap.db in --results-dir unless --db is given") {
+  // A tester's `--results-dir /tmp/x` wrote run folders there and rows to ./results/leap.db.
+  leap::test::TempDir tmp;
+  const std::string res = (tmp.path / "res").string();
+  auto r = run_leap("--results-dir " + res + " report");
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, "no store at " + res + "/leap.db"));
+  auto after = run_leap("report --results-dir " + res);  // after the subcommand too
+  CHECK(contains(after.err, "no store at " + res + "/leap.db"));
+  const std::string db = (tmp.path / "other.db").string();
+  auto given = run_leap("--results-dir " + res + " --db " + db + " report");
+  CHECK(contains(given.err, "no store at " + db));
+}
+
 TEST_CASE("cli: a --db file that is not a leap store is bad input (exit 2), like a missing one") {
   leap::test::TempDir tmp;
   const std::string empty = tmp.write("empty.db", "");

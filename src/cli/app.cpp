@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <iostream>
+#include <filesystem>
 #include <map>
 
 #include "cli/commands.hpp"
@@ -75,7 +76,8 @@ int run(int argc, char** argv) {
   app.fallthrough();
   app.set_version_flag("-V,--version", std::string("leap ") + LEAP_VERSION);
   GlobalOptions g;
-  app.add_option("--db", g.db, "SQLite store of every run, rollout, turn and reward")->capture_default_str();
+  CLI::Option* db_option = app.add_option("--db", g.db, "SQLite store of every run, rollout, turn and reward "
+                                                       "(default: leap.db in --results-dir)");
   app.add_option("--results-dir", g.results_dir, "folder of per-run logs, checkpoints and plots")
       ->capture_default_str();
   app.add_option("--log-level", g.log_level, "trace, debug, info, warn, error or off")->capture_default_str();
@@ -104,6 +106,9 @@ int run(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  // The store follows --results-dir unless given: `--results-dir /tmp/x` once wrote its runs'
+  // folders there and its rows to ./results/leap.db (a tester, 2026-12-07).
+  if (db_option->count() == 0) g.db = (std::filesystem::path(g.results_dir) / "leap.db").string();
   try {
     util::init_logging(g.log_level);
     for (auto* sub : app.get_subcommands()) return handlers.at(sub)();

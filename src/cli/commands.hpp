@@ -12,7 +12,7 @@ namespace leap::cli {
 
 /// Options every subcommand sees (given before or after the subcommand name).
 struct GlobalOptions {
-  std::string db = "results/leap.db";  ///< SQLite store of runs, rollouts, turns, rewards
+  std::string db = "results/leap.db";  ///< SQLite store of runs, rollouts, turns, rewards (<results_dir>/leap.db unless --db)
   std::string results_dir = "results"; ///< per-run folders (logs, checkpoints, plots)
   std::string log_level = "info";      ///< trace | debug | info | warn | error | off
 };
