@@ -14,6 +14,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from kernelbench.common import Skip  # noqa: E402
 from kernelbench.convert import Conversion, convert_at, shape_text  # noqa: E402
+from kernelbench.source import base_symbols, load_module, module_ints  # noqa: E402
 
 LINEAR = '''import torch
 import torch.nn as nn
@@ -247,6 +248,19 @@ class ConverterSteps(unittest.TestCase):
         with self.assertRaises(Skip) as e:
             convert_at(4, 1, self.problem("1_X.py", LINEAR), self.dir.name, options(), 1.0)
         self.assertIn("level 4", str(e.exception))
+
+    def test_a_list_of_sizes_is_sizes_like_a_tuple(self):
+        # 3_MLP's `layer_sizes = [16384, 16384]` was no size at all: a 1-GiB weight at the cpu sizes.
+        src = "layer_sizes = [400, 800]\nshape = (3, 5)\nn = 7\n" \
+              "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\nclass Model:\n    pass\n"
+        self.assertEqual(base_symbols(src), {"layer_sizes_0": 400, "layer_sizes_1": 800, "shape_0": 3, "shape_1": 5,
+                                             "n": 7})
+        path = self.problem("1_S.py", src)
+        mod = load_module(path, src, {"layer_sizes_1": 16, "shape_0": 2})
+        self.assertEqual(mod.layer_sizes, [400, 16])
+        self.assertEqual(mod.shape, (2, 5))
+        self.assertEqual(module_ints(mod), {"layer_sizes_0": 400, "layer_sizes_1": 16, "shape_0": 2, "shape_1": 5,
+                                            "n": 7})
 
     def test_shape_text(self):
         self.assertEqual(shape_text(["N", "2 * H", "3"]), "[N, 2 * H, 3]")

@@ -143,7 +143,10 @@ def main():
             skipped.pop(rel, None)
             inf = res["info"]
             extra = ", ".join(f"{k} {v}" for k, v in inf.items() if k in ("traced_at", "cpu_ms", "cpu_sizes", "batch_norm", "slow_factor", "unbaked_devices", "seconds", "peak_rss") and v is not None)
-            print(f"ok    {rel} -> {res['ok']} ({extra})", flush=True)
+            slow = inf.get("cpu_ms")
+            note = f"; its reference takes {slow} ms at the cpu sizes, over the --cpu-ms target of {o.cpu_ms:g}" \
+                if isinstance(slow, (int, float)) and slow > 2 * o.cpu_ms else ""
+            print(f"ok    {rel} -> {res['ok']} ({extra}){note}", flush=True)
         else:
             if os.path.isdir(tdir):  # an older import (another source, version or --force): stale now
                 shutil.rmtree(tdir, ignore_errors=True)

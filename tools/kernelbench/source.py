@@ -60,8 +60,10 @@ def _unpacked_targets(node):
 
 
 def _size_targets(node):
-    """[(symbol, value)] a module-level assignment defines: `a = b = 128` gives a and b; a tuple of
-    int literals `shape = (32768, 64)` gives shape_0 and shape_1; `a, b = 16, 32` gives a and b."""
+    """[(symbol, value)] a module-level assignment defines: `a = b = 128` gives a and b; a tuple or
+    list of int literals `shape = (32768, 64)` gives shape_0 and shape_1 (a list once was no size
+    at all, and 3_MLP's `layer_sizes = [16384, 16384]` kept a 1-GiB weight at the cpu sizes);
+    `a, b = 16, 32` gives a and b."""
     unpacked = _unpacked_targets(node)
     if unpacked:
         return unpacked
@@ -70,7 +72,7 @@ def _size_targets(node):
     v = const_value(node.value)
     if v is not None:
         return [(t.id, v) for t in node.targets] if v > 1 else []
-    if isinstance(node.value, ast.Tuple) and len(node.targets) == 1:
+    if isinstance(node.value, (ast.Tuple, ast.List)) and len(node.targets) == 1:
         vals = [const_value(e) for e in node.value.elts]
         if vals and all(x is not None for x in vals):
             return [(f"{node.targets[0].id}_{i}", x) for i, x in enumerate(vals) if x > 1]
@@ -113,7 +115,7 @@ def load_module(path, src, overrides=None):
                 for i, t in enumerate(node.targets[0].elts):
                     if t.id in overrides:
                         node.value.elts[i] = ast.copy_location(ast.Constant(overrides[t.id]), node.value.elts[i])
-            elif isinstance(node.value, ast.Tuple):
+            elif isinstance(node.value, (ast.Tuple, ast.List)):
                 name = node.targets[0].id
                 for i, e in enumerate(node.value.elts):
                     if f"{name}_{i}" in overrides:
@@ -135,14 +137,14 @@ def load_module(path, src, overrides=None):
 
 
 def module_ints(mod):
-    """The module's int globals (> 1), and the int elements of its tuple globals as <name>_<i>."""
+    """The module's int globals (> 1), and the int elements of its tuple and list globals as <name>_<i>."""
     out = {}
     for k, v in vars(mod).items():
         if k.startswith("_") or not re.fullmatch(r"[A-Za-z_]\w*", k):
             continue
         if type(v) is int and v > 1:
             out[k] = v
-        elif isinstance(v, tuple) and v and all(type(x) is int for x in v):
+        elif isinstance(v, (tuple, list)) and v and all(type(x) is int for x in v):
             for i, x in enumerate(v):
                 if x > 1 and f"{k}_{i}" not in vars(mod):
                     out[f"{k}_{i}"] = x
