@@ -215,6 +215,12 @@ TEST_CASE("env: cpu backend compiles, caches, and reports compile errors with li
       "extern \"C\" void helper();\nextern \"C\" void vadd() { helper(); }\n", plan);
   CHECK_FALSE(undefined.ok);
   CHECK(undefined.feedback.find("helper") != std::string::npos);
+  CHECK(undefined.feedback.find("OpenMP") == std::string::npos);
+  // OpenMP's runtime is not linked: the feedback says so rather than a bare linker error.
+  auto omp = backend->compile("#include <omp.h>\nextern \"C\" void vadd() { (void)omp_get_max_threads(); }\n", plan);
+  CHECK_FALSE(omp.ok);
+  CHECK_MESSAGE(omp.feedback.find("OpenMP is not available here") != std::string::npos, omp.feedback);
+  CHECK(omp.feedback.find("omp_get_max_threads") != std::string::npos);
 }
 
 TEST_CASE("env: the compile cache keeps at most its bound of modules, the least recently used out first") {

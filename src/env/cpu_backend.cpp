@@ -77,6 +77,12 @@ std::string compile_feedback(const std::string& log, int max_errors, size_t max_
     if (started) kept += line + "\n";
   }
   if (!started) kept = log;  // no recognisable error line: show the log as is
+  // OpenMP's runtime is not linked (no -fopenmp in the default env.cpu.flags): say so, since the
+  // linker's words alone read like a typo (testers, 2026-12-07).
+  if (log.find("undefined reference to `omp_") != std::string::npos ||
+      log.find("undefined reference to `GOMP_") != std::string::npos)
+    kept = "note: OpenMP is not available here (the code is compiled without -fopenmp, so `#pragma omp` "
+           "is ignored and omp_* functions are undefined); use std::thread for threads\n" + kept;
   return bound_text(header + kept, max_chars);
 }
 
