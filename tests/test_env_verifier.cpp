@@ -459,6 +459,39 @@ tolerance: {atol: 1.0e-5, rtol: 1.0e-5}
   CHECK(r.speedup < 9.0);  // not flagged: the honest copy is about as fast as the reference
 }
 
+TEST_CASE("env: the feedback names the reference's trial count when the time box gave it fewer") {
+  // A tester (2026-12-07): "median of 2 trials" where the reference's time rested on one call.
+  leap::test::TempDir dir;
+  dir.write("slow/task.yaml", R"(name: slow_copy
+sizes: {N: 1024}
+inputs:
+  x: {dtype: float32, shape: [N], init: {normal: {mean: 0, std: 1}}}
+outputs:
+  y: {dtype: float32, shape: [N]}
+reference:
+  torchscript: |
+    def reference(x: Tensor) -> Tensor:
+        y = x.clone()
+        for i in range(20000):
+            y = y + 0.0
+        return y
+tolerance: {atol: 1.0e-5, rtol: 1.0e-5}
+)");
+  RuntimeTask task(leap::tasks::load_task((dir.path / "slow").string()), "cpu");
+  leap::test::TempDir cache;
+  leap::config::EnvConfig e = test_env(cache.path.string());
+  e.seeds = 1;
+  e.timing.trials = 8;
+  e.timing.max_seconds = 0.02;  // the reference's ~20000 ops take far longer: its first runs spend the box
+  auto env = leap::cli::make_environment(e, "cpu");
+  const std::string code = "#include <cstdint>\nextern \"C\" void copy(const float* x, float* y, int64_t n) {\n"
+                           "  for (int64_t i = 0; i < n; ++i) y[i] = x[i];\n}\n";
+  auto r = env->verifier->evaluate(task, answer(code, "launches:\n  - kernel: copy\n    args: [x, y, N]\n"));
+  CAPTURE(r.feedback);
+  REQUIRE(r.verdict == Verdict::correct);
+  CHECK(contains(r.feedback, "(median of 8 trials; of the reference: "));
+}
+
 TEST_CASE("env: a cpu plan's scratch is held to 1 GiB and to env.worker_memory_mb") {
   // A red team's unused 4-GiB scratch cost 20-29 s and 4 GB of the grader's memory, whatever
   // env.worker_memory_mb said (2026-12-07): scratch is mapped by the grader and zero-filled by it.

@@ -68,7 +68,9 @@ std::string Evaluation::timing_feedback(const Timed& cand, const Timed& ref, dou
   }
   return bound_text("correct on " + std::to_string(o_.seeds) + " seeds; candidate " + fmt_ms(cand.ms) +
                         " ms, reference " + fmt_ms(ref.ms) + " ms, speedup " + fmt_num(speedup) + "x (median of " +
-                        std::to_string(cand.n) + " trials)" + note + cpu_note_ + profile,
+                        std::to_string(cand.n) + " trials" +
+                        (ref.n != cand.n ? "; of the reference: " + std::to_string(ref.n) : std::string()) + ")" +
+                        note + cpu_note_ + profile,
                     o_.feedback_max_chars);
 }
 
