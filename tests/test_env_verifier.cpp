@@ -743,6 +743,10 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
   auto r0 = leap::test::run_leap("--db " + db + " eval --format json --tasks tasks/starter --solutions " + (dir.path / "sol").string() + common);
   CAPTURE(r0.out);
   CHECK(contains(r0.out, "\"verdict\": \"correct\""));
+  // The store holds an evaluation and no run: leap report says so (a tester read "holds no runs").
+  auto rep = leap::test::run_leap("--db " + db + " report");
+  CHECK(rep.rc == 2);
+  CHECK(contains(rep.err, "holds no runs (it holds 1 evaluation(s) of answer files"));
   // --bench NAME is the same as --tasks DIR (a new user on KernelBench found it refused with --solutions).
   auto r = leap::test::run_leap("--db " + db + " eval --bench starter --solutions " + (dir.path / "sol").string() + common);
   CAPTURE(r.out);

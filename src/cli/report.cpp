@@ -64,7 +64,15 @@ int run_report(const std::string& db, const std::string& runs_arg, const std::st
     if (ids.empty())
       for (const auto& r : all) ids.push_back(r.id);
   }
-  if (ids.empty()) throw UsageError("leap report: the store " + db + " holds no runs");
+  if (ids.empty()) {
+    // A store written only by `leap eval --solutions` holds evaluations, which are not runs.
+    const int64_t evaluations = st.count_rows("evaluations");
+    throw UsageError("leap report: the store " + db + " holds no runs" +
+                     (evaluations > 0 ? " (it holds " + std::to_string(evaluations) +
+                                            " evaluation(s) of answer files: leap eval --solutions printed their "
+                                            "tables; leap report compares training runs and leap eval --model/--run)"
+                                      : std::string()));
+  }
   std::vector<report::RunSummary> runs;
   for (const auto& id : ids) {
     if (!st.get_run(id)) throw UsageError("leap report: no run '" + id + "' in " + db);
