@@ -591,7 +591,7 @@ TEST_CASE("env sandbox: a forged huge reply, shared memory and thread floods are
   Observed m = run_probe(dir, probe_code("#include <sys/mman.h>\n", shared), SandboxMode::auto_);
   CHECK(m.outcome.verdict == Verdict::runtime_error);
   CHECK(m.outcome.message.find("env.worker_memory_mb") != std::string::npos);
-  // 3000 sleeping threads: past the worker's thread limit (1024). A worker's thread with a 1 MB
+  // 3000 sleeping threads: past the worker's thread limit (256). A worker's thread with a 1 MB
   // stack costs 0.5 MB of memory or more (a plain process: about 9 KB; the worker's large
   // thread-local storage is the likely cause, not confirmed), so fewer than 1024 of them passed a
   // 512 MB memory limit first (3 of 5 runs on one host): this probe gets 4096 MB, so that only the
@@ -603,6 +603,6 @@ TEST_CASE("env sandbox: a forged huge reply, shared memory and thread floods are
   Observed t = run_probe(dir, probe_code("#include <pthread.h>\n", threads), SandboxMode::auto_,
                          PoolOptions::Spawn::exec, 4096);
   CHECK_MESSAGE(t.outcome.verdict == Verdict::runtime_error, "threads started: ", t.r0);
-  CHECK_MESSAGE(t.outcome.message.find("threads, more than the worker's limit of 1024") != std::string::npos,
+  CHECK_MESSAGE(t.outcome.message.find("threads, more than the worker's limit of 256") != std::string::npos,
                 t.outcome.message);
 }

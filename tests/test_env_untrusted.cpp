@@ -262,7 +262,8 @@ TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at t
   check_idle_stop(
       "std::thread t([] { for (;;) { for (volatile int i = 0; i < 100000; i = i + 1) {} usleep(200000); } }); t.detach();\n"
       "  sleep(1000);");
-  // ... and when 300 threads of its own are woken together every 4 s to spin 0.5 ms each: their
+  // ... and when 250 threads of its own (the red team's 300, under the worker's limit of 256
+  // threads now) are woken together every 4 s to spin 0.5 ms each: their
   // run-queue waits summed to far more than the wall time (a red team held a grader to the 40-s
   // backstop this way on a fraction of a second of CPU); a thread's wait counts only up to 4 x
   // its own CPU time.
@@ -279,7 +280,7 @@ TEST_CASE("env sandbox: an answer that sleeps is stopped once it idles, not at t
       "    }\n"
       "    return nullptr;\n"
       "  };\n"
-      "  for (int i = 0; i < 300; ++i) { pthread_attr_t a; pthread_attr_init(&a); pthread_attr_setstacksize(&a, 1 << 18);\n"
+      "  for (int i = 0; i < 250; ++i) { pthread_attr_t a; pthread_attr_init(&a); pthread_attr_setstacksize(&a, 1 << 18);\n"
       "    pthread_t t; if (pthread_create(&t, &a, spin, nullptr) == 0) pthread_detach(t); }\n"
       "  for (;;) { gen.fetch_add(1); syscall(SYS_futex, (int*)&gen, FUTEX_WAKE_PRIVATE, 1 << 30, nullptr, nullptr, 0); sleep(4); }");
 }

@@ -45,7 +45,11 @@ struct SandboxOptions {
   int64_t scratch_mb = 64;     ///< size of the per-job scratch folder (/tmp, a tmpfs), MB
   int64_t file_size_mb = 64;   ///< RLIMIT_FSIZE: the largest file a child may write, MB
   int64_t open_files = 256;    ///< RLIMIT_NOFILE of a worker
-  int64_t max_threads = 1024;  ///< threads of a cpu worker; past it the pool stops it (runtime_error)
+  /// Threads of a cpu worker; past it the pool stops it (runtime_error). 256: far above what an
+  /// honest answer starts (one per core), and four workers at it stay far below RLIMIT_NPROC's
+  /// 4096 for all of uid 65534 (at 1024, four answers holding 1022 threads each would have made
+  /// every other worker's and compiler's thread or fork fail: a red team, 2026-12-07).
+  int64_t max_threads = 256;
   /// The file system a worker sees: "minimal" (cpu workers' root) or "host_readonly" (the host's
   /// tree read-only with a fresh /tmp: cuda workers); empty: by the backend. Tests use it to run
   /// a cpu worker under the cuda workers' file system.
