@@ -248,6 +248,23 @@ TEST_CASE("reliability: a crash during the final evaluation is redone on resume,
   CHECK_FALSE(std::isnan(s.acc1_end));
 }
 
+TEST_CASE("reliability: the summary of a resume says which steps its seconds cover") {
+  // A new user read "2 steps in 3 s" after a resume that had run one of them (2026-12-07).
+  auto exp = tiny_experiment();
+  test::TempDir dir;
+  const fs::path dbp = dir.path / "leap.db";
+  std::string run;
+  {
+    store::Store db(dbp);
+    run = failed_run(exp, db, dir.path / "results", 2);  // step 1 and its checkpoint written
+  }
+  const std::string cfg = dir.write("c.yaml", "model:\n  path: " + exp.model.path + "\n");
+  auto r = test::run_leap("train " + cfg + " --resume " + run + " --db " + dbp.string() + " --results-dir " +
+                          (dir.path / "results").string());
+  CHECK_MESSAGE(r.rc == 0, r.err);
+  CHECK(has(r.out, "run " + run + " finished: 2 steps; this resume ran step 2 in "));
+}
+
 TEST_CASE("reliability: --resume of a finished run is a no-op (exit 0, nothing changed)") {
   auto exp = tiny_experiment();
   test::TempDir dir;

@@ -158,8 +158,15 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
         ? "  training           no step (train.steps: 0): only the evaluation ran\n"
         : "  training           all " + std::to_string(s.steps) +
               " steps were done before this resume; it completed the final evaluation\n";
-    std::cout << "\nrun " << s.run_id << " finished: " << s.steps << " steps in " << fmt::format("{:.0f}", s.seconds)
-              << " s\n"
+    // After a resume the seconds are this process's: say which steps they cover.
+    const std::string took =
+        o->resume.empty() ? " steps in " + fmt::format("{:.0f}", s.seconds) + " s"
+        : trained ? fmt::format(" steps; this resume ran {} in {:.0f} s",
+                                s.first_step == s.steps ? fmt::format("step {}", s.steps)
+                                                        : fmt::format("steps {}-{}", s.first_step, s.steps),
+                                s.seconds)
+                  : fmt::format(" steps; this resume ran the final evaluation in {:.0f} s", s.seconds);
+    std::cout << "\nrun " << s.run_id << " finished: " << s.steps << took << "\n"
               << (!trained ? untrained
                   : exp.reward.kind == "rank"
                       ? std::string("  mean reward        0 in every group by construction (rank reward: (wins - "
