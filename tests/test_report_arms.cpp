@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "report/ablation.hpp"
+#include "report/runs.hpp"
 #include "store/store.hpp"
 #include "support.hpp"
 
@@ -256,4 +257,21 @@ TEST_CASE("report: an arm's label counts distinct seeds and names runs that did 
   runs[0].run.status = RunStatus::running;
   arm.runs = {&runs[0]};
   CHECK(leap::report::arm_label(arm) == "quickstart (r0, running)");
+}
+
+TEST_CASE("report: an evaluation added by leap eval --run is not the run's final or first evaluation") {
+  // A tester's `leap eval --run R --bench kernelbench` (settings naming the model) became R's final
+  // evaluation in the table, in place of the trainer's own (2026-12-07).
+  leap::test::TempDir tmp;
+  Store st((tmp.path / "leap.db").string());
+  const RunSpec spec{"20260101-000000-c001", "arm_c", true, 1, 1, 2, 1, 0, 100};  // start 1/4, final 2/4 at turn 1
+  write_run(st, spec, 1000);
+  st.write_evaluation({spec.id, 2, "kernelbench", R"({"model": "results/x/checkpoints/step-2", "turns": 1})", 1200.0},
+                      eval_rows(4, 0), {});
+  st.write_evaluation({spec.id, 0, "kernelbench", R"({"model": "results/x/checkpoints/step-0", "turns": 1})", 1300.0},
+                      eval_rows(0, 0), {});
+  const leap::report::RunSummary r = leap::report::summarize_run(st, spec.id, 0);
+  REQUIRE_FALSE(r.eval_acc.empty());
+  CHECK(r.eval_acc[0] == doctest::Approx(2 / 4.0));
+  CHECK(r.eval_acc1_start == doctest::Approx(1 / 4.0));
 }

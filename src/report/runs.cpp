@@ -21,6 +21,11 @@ const std::vector<std::string>& curve_metrics() {
 
 namespace {
 
+/// ORDER BY term putting the trainer's own evaluations (its eval split, whose settings name no
+/// model) before those `leap eval --run` added later (settings with "model", possibly another
+/// bench): an ad-hoc KernelBench evaluation once became the run's "final evaluation" in the table.
+const std::string kTrainerFirst = "(json_extract(e.settings_json, '$.model') IS NOT NULL)";
+
 double last_value(store::Store& st, const std::string& run, const std::string& name, std::optional<int64_t>* step = nullptr) {
   auto s = st.metric_series(run, name);
   for (auto it = s.rbegin(); it != s.rend(); ++it)
@@ -108,7 +113,8 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
   {
     store::Statement s = db.prepare(
         "SELECT e.id, e.step FROM evaluations e WHERE e.run_id = ?1 AND EXISTS "
-        "(SELECT 1 FROM eval_results x WHERE x.evaluation_id = e.id) ORDER BY coalesce(e.step, 0) DESC, e.id DESC LIMIT 1");
+        "(SELECT 1 FROM eval_results x WHERE x.evaluation_id = e.id) ORDER BY " + kTrainerFirst +
+        ", coalesce(e.step, 0) DESC, e.id DESC LIMIT 1");
     s.bind_text(1, run_id);
     if (s.step()) {
       r.eval_step = s.column_opt_int64(1);
@@ -138,7 +144,8 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
   {
     store::Statement s = db.prepare(
         "SELECT e.id FROM evaluations e WHERE e.run_id = ?1 AND EXISTS "
-        "(SELECT 1 FROM eval_results x WHERE x.evaluation_id = e.id) ORDER BY coalesce(e.step, 0) ASC, e.id ASC LIMIT 1");
+        "(SELECT 1 FROM eval_results x WHERE x.evaluation_id = e.id) ORDER BY " + kTrainerFirst +
+        ", coalesce(e.step, 0) ASC, e.id ASC LIMIT 1");
     s.bind_text(1, run_id);
     if (s.step()) {
       metrics::MetricsReport m = metrics::compute_metrics(eval_input(db, s.column_int64(0)));
