@@ -12,7 +12,7 @@ import unittest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from kernelbench.common import Skip  # noqa: E402
+from kernelbench.common import Skip, task_name  # noqa: E402
 from kernelbench.convert import Conversion, convert_at, shape_text  # noqa: E402
 from kernelbench.source import base_symbols, load_module, module_ints  # noqa: E402
 
@@ -261,6 +261,18 @@ class ConverterSteps(unittest.TestCase):
         self.assertEqual(mod.shape, (2, 5))
         self.assertEqual(module_ints(mod), {"layer_sizes_0": 400, "layer_sizes_1": 16, "shape_0": 2, "shape_1": 5,
                                             "n": 7})
+
+    def test_task_names_keep_acronyms_and_dimensions_whole(self):
+        names = {"19_ReLU.py": "l1_019_relu", "20_LeakyReLU.py": "l1_020_leaky_relu", "26_GELU_.py": "l1_026_gelu",
+                 "42_Max_Pooling_2D.py": "l1_042_max_pooling_2d", "4_LeNet5.py": "l1_004_lenet5",
+                 "8_ResNetBasicBlock.py": "l1_008_resnet_basic_block", "1_Conv2D_ReLU_BiasAdd.py": "l1_001_conv2d_relu_bias_add",
+                 "10_3D_tensor_matrix_multiplication.py": "l1_010_3d_tensor_matrix_multiplication",
+                 "88_MinGPTNewGelu.py": "l1_088_min_gpt_new_gelu", "35_LSTMBidirectional.py": "l1_035_lstm_bidirectional",
+                 "50_conv_standard_2D__square_input__square_kernel.py": "l1_050_conv_standard_2d_square_input_square_kernel",
+                 "28_HardSigmoid.py": "l1_028_hard_sigmoid", "7_Matmul_with_small_K_dimension_.py":
+                     "l1_007_matmul_with_small_k_dimension"}
+        for f, want in names.items():
+            self.assertEqual(task_name(1, os.path.join("/x", f)), want)
 
     def test_shape_text(self):
         self.assertEqual(shape_text(["N", "2 * H", "3"]), "[N, 2 * H, 3]")

@@ -25,6 +25,12 @@ class Skip(Exception):
 
 
 def snake(name):
+    """KernelBench's file name in snake case, acronyms and dimensions kept whole: ReLU -> relu,
+    LeNet5 -> lenet5, ResNet -> resnet, Max_Pooling_2D -> max_pooling_2d (these once gave re_lu,
+    le_net5, res_net and max_pooling_2_d)."""
+    name = name.replace("ReLU", "Relu")
+    name = re.sub(r"([A-Z][a-z]+)Net", lambda m: m.group(1) + "net", name)
+    name = re.sub(r"(\d)D(?![a-z])", r"\1d", name)
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", s)
     return re.sub(r"_+", "_", s).lower().strip("_")
