@@ -17,6 +17,8 @@
 #include "env/reference.hpp"
 #include "env/validate.hpp"
 #include "env/verifier.hpp"
+#include "store/statement.hpp"
+#include "store/store.hpp"
 #include "support.hpp"
 #include "tasks/task_spec.hpp"
 #include "leap_source_dir.h"  // LEAP_SOURCE_DIR
@@ -747,6 +749,13 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
   auto rep = leap::test::run_leap("--db " + db + " report");
   CHECK(rep.rc == 2);
   CHECK(contains(rep.err, "holds no runs (it holds 1 evaluation(s) of answer files"));
+  {
+    // The folders are stored absolute: the store outlives the folder the command ran in.
+    leap::store::Store st(db);
+    auto q = st.db().prepare("SELECT json_extract(settings_json, '$.tasks') FROM evaluations");
+    REQUIRE(q.step());
+    CHECK(q.column_text(0) == std::string(LEAP_SOURCE_DIR) + "/tasks/starter");
+  }
   // --bench NAME is the same as --tasks DIR (a new user on KernelBench found it refused with --solutions).
   auto r = leap::test::run_leap("--db " + db + " eval --bench starter --solutions " + (dir.path / "sol").string() + common);
   CAPTURE(r.out);

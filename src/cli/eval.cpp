@@ -100,8 +100,9 @@ int eval_solutions(const std::string& tasks_dir, const std::string& solutions_di
   // Store.
   store::Store st(db);
   nlohmann::json settings = {{"backend", backend},
-                             {"solutions", solutions_dir},
-                             {"tasks", tasks_dir},
+                             // absolute: the store outlives the folder the command ran in
+                             {"solutions", fs::absolute(solutions_dir).lexically_normal().string()},
+                             {"tasks", fs::absolute(tasks_dir).lexically_normal().string()},
                              {"seeds", exp.env.seeds},
                              {"timing", {{"warmup", exp.env.timing.warmup}, {"trials", exp.env.timing.trials},
                                          {"max_seconds", exp.env.timing.max_seconds}}},
