@@ -71,4 +71,13 @@ const std::filesystem::path& tiny_model() {
   return dir.path;
 }
 
+void exec_in_source_dir(const std::vector<std::string>& argv) {
+  if (chdir(LEAP_SOURCE_DIR) != 0) _exit(126);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
 }  // namespace leap::test

@@ -2,6 +2,7 @@
 // Helpers shared by the tests: temporary folders, files, and running the `leap` binary.
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace leap::test {
 
@@ -30,6 +31,10 @@ std::string leap_binary();
 /// empty stdin; captures stdout and stderr. `env_prefix` (shell text) goes before the binary, e.g.
 /// "env -u OMP_WAIT_POLICY".
 RunResult run_leap(const std::string& args, const std::string& env_prefix = "");
+
+/// In a forked child: changes to the source folder and execs `argv` (argv[0] a path); never
+/// returns (_exit 126 when the folder, 127 when the exec fails).
+[[noreturn]] void exec_in_source_dir(const std::vector<std::string>& argv);
 
 /// Reads a whole file (empty when missing).
 std::string read_file(const std::string& path);

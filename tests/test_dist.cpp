@@ -67,12 +67,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, st
     FILE* f = freopen(log.c_str(), "w", stdout);
     (void)f;
     dup2(STDOUT_FILENO, STDERR_FILENO);
-    if (chdir(LEAP_SOURCE_DIR) != 0) _exit(126);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
+    leap::test::exec_in_source_dir(argv);
   }
   return pid;
 }

@@ -757,12 +757,7 @@ struct TrainChild {
       signal(SIGPIPE, SIG_DFL);
       signal(SIGHUP, SIG_DFL);
       signal(SIGINT, SIG_DFL);
-      if (chdir(LEAP_SOURCE_DIR) != 0) _exit(126);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
+      leap::test::exec_in_source_dir(argv);
     }
     close(out[0]);  // no reader
     close(out[1]);
