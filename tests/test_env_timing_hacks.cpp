@@ -447,6 +447,31 @@ TEST_CASE("env timing: the schedule runs every set, counts warm-up apart, and st
   CHECK(stopped.runs == std::vector<int>{0, 1});
 }
 
+TEST_CASE("env timing: with prepare_outside_box the time box counts the runs, not their preparation") {
+  // The CPU reference's prepare clones its inputs; with 1 GiB of weights the clones spent its time
+  // box: 1 timed call against the candidate's 11 (a red team, 2026-12-07). Each prepare here
+  // sleeps 200 ms against a 0.5-s box: counted, the box ends the job after 3 runs at most.
+  env::RunRequest req;
+  req.warmup = 1;
+  req.trials = 5;
+  req.max_seconds = 0.5;
+  env::RunHooks hooks;
+  hooks.prepare = [](int, size_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    return true;
+  };
+  hooks.timed = [](int, size_t) { return 0.01; };
+  env::RunOutcome counted;
+  CHECK(env::run_timing_schedule(req, 1, hooks, counted));
+  CHECK(counted.runs.size() <= 3);
+  CHECK(counted.times_ms.size() < 5);
+  hooks.prepare_outside_box = true;
+  env::RunOutcome outside;
+  CHECK(env::run_timing_schedule(req, 1, hooks, outside));
+  CHECK(outside.times_ms.size() == 5);
+  CHECK(outside.runs.size() == 6);
+}
+
 TEST_CASE("env timing: scratch is zero-filled before every call (DESIGN.md), so accumulating into it is honest") {
   // Launch 1 adds 1 into a scratch scalar, launch 2 scales relu by it: correct only when every
   // run of the launch sequence starts from zeroed scratch. Before 2026-12-06 only a job's first

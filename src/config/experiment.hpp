@@ -58,7 +58,7 @@ struct EnvTimingConfig {
   int64_t trials = 20;                ///< timed trials; the median is reported
   double max_seconds = 2.0;           ///< time box for the trials of one side (s)
   double suspicious_speedup = 10.0;   ///< speedups above this are re-measured and flagged
-  int64_t checked_runs = 2;           ///< timed runs drawn at random whose outputs are checked too
+  int64_t checked_runs = 6;           ///< timed runs drawn at random whose outputs are checked too
   double warmup_ms = 0;               ///< warm-up lasts at least this long too (ms, each side)
   double min_timed_ms = 0;            ///< trials go on until they sum to this (ms, each side)
 };

@@ -124,6 +124,12 @@ struct RunRequest {
   /// copies' destinations; memory the worker never maps, so code in the worker can neither read
   /// which runs were copied nor rewrite a copy afterwards. Null: destinations are plan tensors.
   std::vector<std::vector<std::byte>>* snapshot_store = nullptr;
+  /// Parent side only (never sent), with `snapshot_store`: the outputs of a run that is not
+  /// checked are copied here (its size, pages touched before the job, as the store's are), so the
+  /// parent's pause after every run is the same copy: a red team timed the pauses between its
+  /// calls and read which runs were checked from the longer ones, then skipped the others
+  /// (2026-12-07). Null: no decoy copies.
+  std::vector<std::byte>* snapshot_decoy = nullptr;
   /// Parent side only (never sent), with `parent_snapshots` and `report_every` 1: the runs
   /// checked are drawn as the worker reports them (env/run_sample.hpp; a schedule whose run count
   /// is not known in advance: warmup_ms, min_timed_ms), into `snapshot_store`, instead of from

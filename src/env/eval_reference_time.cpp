@@ -51,6 +51,7 @@ std::optional<std::string> Evaluation::time_reference(Timed& out) {
   torch::NoGradGuard no_grad;
   std::vector<c10::IValue> args;
   std::vector<torch::Tensor> outs;  // freed in the next prepare, untimed
+  hooks.prepare_outside_box = true;  // the clones are not the reference's time, nor its box's
   hooks.prepare = [&](int, size_t set) {
     outs.clear();
     args.clear();

@@ -210,6 +210,14 @@ TimingJob Evaluation::prepare_job(bool strict, int fixed_runs) const {
     }
     treq.snapshots.push_back(std::move(snap));
   }
+  if (treq.snapshot_store && treq.parent_snapshots) {
+    // Every run's pause the same copy: the checked runs' destinations and a decoy for the others,
+    // all sized and touched now, before the job (RunRequest::snapshot_decoy).
+    for (size_t k = 0; k < job.store->size(); ++k)
+      (*job.store)[k].resize(bound_.tensors[n_in_ + k % std::max<size_t>(1, n_out_)].bytes());
+    job.decoy = std::make_unique<std::vector<std::byte>>(out_bytes_);
+    treq.snapshot_decoy = job.decoy.get();
+  }
   job.buf = std::make_unique<SharedBuffers>(tplan.tensors);
   SharedBuffers& tbuf = *job.buf;
   for (size_t r = 0; r < job.rotations.size(); ++r) {

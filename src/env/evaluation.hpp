@@ -96,6 +96,8 @@ struct TimingJob {
   /// The checked runs drawn as they are made (RunRequest::sample): a cpu timing job whose run
   /// count depends on wall time (warmup_ms, min_timed_ms). Null: `request.snapshots`.
   std::unique_ptr<RunSample> sample;
+  /// Where the parent copies the outputs of runs it does not check (RunRequest::snapshot_decoy).
+  std::unique_ptr<std::vector<std::byte>> decoy;
   RunOutcome run;                           ///< the worker's reply
 };
 

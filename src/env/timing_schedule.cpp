@@ -12,7 +12,8 @@ bool run_timing_schedule(const RunRequest& request, size_t sets, const RunHooks&
   const int trials = std::max(1, request.trials);
   const int max_trials = request.min_timed_ms > 0 ? 100 * trials : trials;
   const auto start = Clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  double outside_s = 0;  // prepare's time, with hooks.prepare_outside_box
+  auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count() - outside_s; };
   const bool boxed = request.max_seconds > 0;
   int warm_done = 0, timed = 0;
   double timed_ms = 0;
@@ -27,7 +28,11 @@ bool run_timing_schedule(const RunRequest& request, size_t sets, const RunHooks&
       if (all_sets_ran && timed >= 1 && boxed && elapsed_s() > request.max_seconds) break;  // time box spent
     }
     const size_t set = static_cast<size_t>(t) % sets;
-    if (hooks.prepare && !hooks.prepare(t, set)) return false;
+    if (hooks.prepare) {
+      const auto before = Clock::now();
+      if (!hooks.prepare(t, set)) return false;
+      if (hooks.prepare_outside_box) outside_s += std::chrono::duration<double>(Clock::now() - before).count();
+    }
     const double ms = warming && hooks.warmup ? hooks.warmup(t, set) : hooks.timed(t, set);
     if (ms < 0) return false;
     out.runs.push_back(t);

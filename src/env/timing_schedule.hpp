@@ -28,6 +28,11 @@ struct RunHooks {
   std::function<double(int run, size_t set)> warmup;
   /// Untimed, after run `run`: the run's snapshots. False stops the job.
   std::function<bool(int run, size_t set)> after;
+  /// The time `prepare` takes is left out of the time box (`max_seconds`; warm-up's half of it):
+  /// the CPU reference's prepare clones every input, weights included, and on a task with 1 GiB
+  /// of weights that spent its box on clones: 1 timed call against the candidate's 11 (a red
+  /// team, 2026-12-07).
+  bool prepare_outside_box = false;
 };
 
 /// Runs `request`'s schedule over `sets` input sets (at least 1) with `hooks`: appends every

@@ -32,7 +32,7 @@ struct VerifierOptions {
   double max_seconds = 2.0;         ///< time box of one side's warm-up + trials, seconds
   int timing_sets = 3;              ///< input sets cycled during timing
   double suspicious_speedup = 10.0; ///< speedups above this are re-measured (strictly) and flagged
-  int checked_runs = 2;             ///< timed runs, drawn at random, whose outputs are checked too
+  int checked_runs = 6;             ///< timed runs, drawn at random, whose outputs are checked too
   double warmup_ms = 0;             ///< warm-up lasts at least this long too, ms (each side)
   double min_timed_ms = 0;          ///< trials go on until they sum to this, ms (each side)
   int threads = 1;                  ///< at::set_num_threads while the reference runs

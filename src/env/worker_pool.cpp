@@ -235,11 +235,29 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
 /// The parent's copies after run `run` of a job with RunRequest::parent_snapshots: the outputs of
 /// the run's input set into the snapshot tensors (or the parent's own snapshot store), if the run
 /// is a checked one. Returns how many tensors it copied.
+/// A run that is not checked: its outputs (`positions`) copied into the request's decoy, the
+/// same bytes a checked run's copy moves (RunRequest::snapshot_decoy).
+void copy_decoy(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, size_t set,
+                const std::vector<int>& positions) {
+  if (!request.snapshot_decoy) return;
+  size_t at = 0;
+  for (int position : positions) {
+    const size_t src = rotated_tensor(request, set, position);
+    const size_t bytes = plan.tensors.at(src).bytes();
+    if (at + bytes > request.snapshot_decoy->size()) return;
+    std::memcpy(request.snapshot_decoy->data() + at, buffers.data(src), bytes);
+    at += bytes;
+  }
+}
+
 int copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffers& buffers, int run) {
   if (request.sample && request.snapshot_store) {  // drawn now that the run is done
     const int slot = request.sample->offer(run);
-    if (slot < 0) return 0;
     const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
+    if (slot < 0) {
+      copy_decoy(request, plan, buffers, set, request.sample->outputs());
+      return 0;
+    }
     const auto& outputs = request.sample->outputs();
     for (size_t j = 0; j < outputs.size(); ++j) {
       const size_t src = rotated_tensor(request, set, outputs[j]);
@@ -250,8 +268,15 @@ int copy_snapshot(const RunRequest& request, const BoundPlan& plan, SharedBuffer
     return static_cast<int>(outputs.size());
   }
   const Snapshot* snap = snapshot_for_run(request, run);
-  if (!snap) return 0;
   const size_t set = static_cast<size_t>(run) % std::max<size_t>(1, request.rotations.size());
+  if (!snap) {
+    if (request.snapshot_store && !request.snapshots.empty()) {
+      std::vector<int> positions;
+      for (const auto& copy : request.snapshots.front().copies) positions.push_back(copy.first);
+      copy_decoy(request, plan, buffers, set, positions);
+    }
+    return 0;
+  }
   for (const auto& [position, dst] : snap->copies) {
     const size_t src = rotated_tensor(request, set, position);
     const size_t bytes = plan.tensors.at(src).bytes();
