@@ -748,7 +748,7 @@ TEST_CASE("env: leap eval --solutions grades files, prints rows and writes the s
   // The store holds an evaluation and no run: leap report says so (a tester read "holds no runs").
   auto rep = leap::test::run_leap("--db " + db + " report");
   CHECK(rep.rc == 2);
-  CHECK(contains(rep.err, "holds no runs (it holds 1 evaluation(s) of answer files"));
+  CHECK(contains(rep.err, "holds no runs (it holds 1 evaluation(s) made by leap eval --solutions or --model"));
   {
     // The folders are stored absolute: the store outlives the folder the command ran in.
     leap::store::Store st(db);

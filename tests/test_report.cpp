@@ -267,8 +267,10 @@ TEST_CASE("report: a key a run's stored config lacks reads as this binary's defa
   auto r = run_leap("--db " + db + " report --format md");
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "| dcp_on (2 seeds) | 2 | 1 |"));
-  CHECK(contains(r.out, "| dcp_on (20260101-000000-dddd) | 1 | 2 |"));
+  CAPTURE(r.out);
+  // One name, two arms: each label names the switch (turns.branch).
+  CHECK(contains(r.out, "| dcp_on [turns.branch=1] (2 seeds) | 2 | 1 |"));
+  CHECK(contains(r.out, "| dcp_on [turns.branch=2] (20260101-000000-dddd) | 1 | 2 |"));
   CHECK_FALSE(contains(r.out, "(unset)"));
 }
 

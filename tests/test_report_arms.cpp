@@ -275,3 +275,39 @@ TEST_CASE("report: an evaluation added by leap eval --run is not the run's final
   CHECK(r.eval_acc[0] == doctest::Approx(2 / 4.0));
   CHECK(r.eval_acc1_start == doctest::Approx(1 / 4.0));
 }
+
+TEST_CASE("report: Acc@T counts a run that solved every task at turn 1 (T from the evaluation's settings)") {
+  // A new user's arm showed eval_acc@1 0.875 and eval_acc@2 0.750 (2026-12-07): the seed that
+  // solved 4 of 4 at turn 1 had no turn-2 rows, so it had no Acc@2 and left the mean.
+  leap::test::TempDir tmp;
+  Store st((tmp.path / "leap.db").string());
+  RunInfo info;
+  info.id = "20260101-000000-d001";
+  info.name = "arm_d";
+  info.config_yaml = "name: arm_d\n";
+  info.started_at = 1000;
+  st.create_run(info);
+  st.write_evaluation({info.id, 2, "gen/eval", R"({"turns": 2, "samples": 1})", 1100.0}, eval_rows(4, 0), {});
+  const leap::report::RunSummary r = leap::report::summarize_run(st, info.id, 0);
+  REQUIRE(r.eval_acc.size() == 2);
+  CHECK(r.eval_acc[0] == doctest::Approx(1.0));
+  CHECK(r.eval_acc[1] == doctest::Approx(1.0));
+  CHECK(r.turns == 2);
+}
+
+TEST_CASE("report: arms that share a name are labelled by the switches that differ") {
+  // A new user's `--set dcp.enabled=false` arm and the default one were both "quickstart (2 seeds)".
+  std::vector<leap::report::RunSummary> runs(4);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].run.id = "r" + std::to_string(i);
+    runs[i].run.name = "quickstart";
+    runs[i].run.status = RunStatus::finished;
+    runs[i].run.seed = static_cast<int64_t>(i % 2);
+    runs[i].config = {{"name", "quickstart"}, {"train.seed", std::to_string(i % 2)},
+                      {"dcp.enabled", i < 2 ? "true" : "false"}, {"reward.kind", "rank"}};
+  }
+  const auto arms = leap::report::group_arms(runs);
+  REQUIRE(arms.size() == 2);
+  CHECK(arms[0].label == "quickstart [dcp.enabled=true] (2 seeds)");
+  CHECK(arms[1].label == "quickstart [dcp.enabled=false] (2 seeds)");
+}

@@ -69,8 +69,9 @@ int run_report(const std::string& db, const std::string& runs_arg, const std::st
     const int64_t evaluations = st.count_rows("evaluations");
     throw UsageError("leap report: the store " + db + " holds no runs" +
                      (evaluations > 0 ? " (it holds " + std::to_string(evaluations) +
-                                            " evaluation(s) of answer files: leap eval --solutions printed their "
-                                            "tables; leap report compares training runs and leap eval --model/--run)"
+                                            " evaluation(s) made by leap eval --solutions or --model, which are not "
+                                            "runs: leap eval printed their tables; leap report compares training runs, "
+                                            "with the evaluations leap eval --run adds to them)"
                                       : std::string()));
   }
   std::vector<report::RunSummary> runs;

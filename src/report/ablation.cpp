@@ -95,6 +95,26 @@ std::vector<Arm> group_arms(const std::vector<RunSummary>& runs) {
     arms[i].runs.push_back(&r);
   }
   for (auto& a : arms) a.label = arm_label(a);
+  // Arms of one name (an ablation made with --set dcp.enabled=false, say) were labelled alike in
+  // every table and plot legend (a new user, 2026-12-07): such a label names the switches that
+  // differ between them, "quickstart [dcp.enabled=false] (2 seeds)", up to three.
+  std::map<std::string, std::vector<size_t>> by_name;
+  for (size_t i = 0; i < arms.size(); ++i) by_name[arms[i].runs[0]->run.name].push_back(i);
+  for (const auto& [name, members] : by_name) {
+    if (members.size() < 2) continue;
+    std::vector<std::map<std::string, std::string>> configs;
+    for (size_t i : members) configs.push_back(keys[i]);
+    const std::vector<std::string> differ = differing_keys(configs);
+    for (size_t i : members) {
+      std::string switches;
+      for (size_t k = 0; k < differ.size() && k < 3; ++k) {
+        const auto it = keys[i].find(differ[k]);
+        switches += (k ? ", " : "") + differ[k] + "=" + (it == keys[i].end() ? std::string("-") : it->second);
+      }
+      if (differ.size() > 3) switches += ", ...";
+      arms[i].label = name + " [" + switches + "]" + arms[i].label.substr(name.size());
+    }
+  }
   return arms;
 }
 

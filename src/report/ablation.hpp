@@ -35,7 +35,8 @@ std::string format_mean_spread(const std::vector<double>& values, int digits);
 /// (", 1 interrupted"), so a pooled mean that holds a cut-short run says so.
 std::string arm_label(const Arm& arm);
 
-/// Groups `runs` into arms, in the order of each arm's first run; each labelled by arm_label.
+/// Groups `runs` into arms, in the order of each arm's first run; each labelled by arm_label, and
+/// arms that share a name by the switches that differ between them too: "name [k=v, ...] (...)".
 std::vector<Arm> group_arms(const std::vector<RunSummary>& runs);
 
 /// The ablation table of `runs`: columns arm, runs, the switches that differ between the runs,

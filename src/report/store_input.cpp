@@ -20,6 +20,15 @@ metrics::Attempt attempt_columns(store::Statement& st, int c) {
 
 metrics::MetricsInput eval_input(store::Database& db, int64_t evaluation_id) {
   metrics::MetricsInput in;
+  // T of Acc@1..T from the evaluation's settings (the trainer's and leap eval --model/--run write
+  // "turns"): the highest turn stored is less when every task passed early, and a run that solved
+  // everything at turn 1 once lost its Acc@2 from the arm's mean (a new user, 2026-12-07).
+  {
+    store::Statement s = db.prepare("SELECT json_extract(settings_json, '$.turns') FROM evaluations WHERE id = ?1");
+    s.bind_int64(1, evaluation_id);
+    if (s.step())
+      if (auto turns = s.column_opt_int64(0); turns && *turns > 0) in.turns = *turns;
+  }
   store::Statement t = db.prepare(
       "SELECT DISTINCT t.name, t.level FROM eval_results r JOIN tasks t ON t.id = r.task_id "
       "WHERE r.evaluation_id = ?1 ORDER BY t.name");
