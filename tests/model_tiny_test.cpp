@@ -258,6 +258,15 @@ TEST_CASE("model: leap model init / inspect / tokenize / generate commands") {
     CHECK_MESSAGE(named, r.err);
     CHECK_FALSE(std::filesystem::exists(sharded + "/model.safetensors"));
     CHECK_FALSE(std::filesystem::exists(sharded + "/config.json"));
+    // A training checkpoint's folder: refused, its weights untouched.
+    const std::string ckpt = (tmp.path / "ckpt").string();
+    std::filesystem::copy(dir, ckpt);
+    std::ofstream(ckpt + "/trainer_state.json") << "{}";
+    const std::string before = leap::test::read_file(ckpt + "/model.safetensors");
+    r = leap::test::run_leap("model init --preset tiny --seed 9 --out " + ckpt);
+    CHECK(r.rc != 0);
+    CHECK(r.err.find("holds trainer_state.json (a training checkpoint") != std::string::npos);
+    CHECK(leap::test::read_file(ckpt + "/model.safetensors") == before);
   }
   r = leap::test::run_leap("model inspect " + dir);
   CHECK(r.rc == 0);

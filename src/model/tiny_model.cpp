@@ -61,6 +61,11 @@ TinyModelInfo init_tiny_model(const std::filesystem::path& out, const std::files
       if (f.ends_with(".safetensors") || f == "model.safetensors.index.json" || f == "adapter" || f.ends_with(".bin"))
         throw ModelError(out.string() + ": holds " + f + " (another model's weights, which a loader would read " +
                          "instead of or beside the new ones): write the model to a new or empty folder");
+      // A training checkpoint (a new user's copy of step-5 was overwritten with random weights
+      // beside its old optimizer state, 2026-12-07).
+      if (f == "optimizer.pt" || f == "trainer_state.json")
+        throw ModelError(out.string() + ": holds " + f + " (a training checkpoint, whose weights this would " +
+                         "replace): write the model to a new or empty folder");
     }
   std::filesystem::create_directories(out, ec);
   if (ec) throw ModelError("cannot create " + out.string() + ": " + ec.message());
