@@ -263,6 +263,8 @@ TEST_CASE("reliability: the summary of a resume says which steps its seconds cov
                           (dir.path / "results").string());
   CHECK_MESSAGE(r.rc == 0, r.err);
   CHECK(has(r.out, "run " + run + " finished: 2 steps; this resume ran step 2 in "));
+  // c.yaml is not the run's config: the resume says it runs the stored one.
+  CHECK(has(r.err, cfg + " differs from the run's stored config; the stored config is used"));
 }
 
 TEST_CASE("reliability: --resume of a finished run is a no-op (exit 0, nothing changed)") {

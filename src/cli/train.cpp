@@ -31,6 +31,21 @@ void remove_store_if_empty(std::unique_ptr<store::Store>& db, const std::string&
   }
 }
 
+/// A resume runs the stored config: say so when CONFIG is another (a new user resumed with an
+/// ablation's file, or one that does not exist, and read nothing about it).
+void warn_if_config_differs(const std::string& path, const config::Experiment& stored, const std::string& run) {
+  std::string why;
+  try {
+    const config::Experiment file = config::resolved(config::load_experiment(path, {}));
+    if (config::to_yaml(file) != config::to_yaml(config::resolved(stored))) why = "differs from the run's stored config";
+  } catch (const std::exception&) {
+    why = "cannot be read";
+  }
+  if (!why.empty())
+    spdlog::warn("--resume {}: {} {}; the stored config is used (CONFIG gives only its dist: keys to a resume)", run,
+                 path, why);
+}
+
 }  // namespace
 
 Handler add_train(CLI::App& app, const GlobalOptions& g) {
@@ -96,6 +111,7 @@ Handler add_train(CLI::App& app, const GlobalOptions& g) {
         return 0;
       }
       exp = config::parse_experiment(yaml, "run " + o->resume + " (stored config)");
+      warn_if_config_differs(o->config, exp, o->resume);
       // What a message about its folders names: the stored config, whose relative paths are read
       // from the folder leap runs in (not CONFIG, which a resume does not read).
       source = "run " + o->resume + " (stored config; relative paths from " + std::filesystem::current_path().string() + ")";
