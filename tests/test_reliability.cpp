@@ -849,6 +849,11 @@ TEST_CASE("reliability: Ctrl-C is acknowledged at once, and a second Ctrl-C stop
   store::Store s(db);
   auto runs = s.list_runs();
   REQUIRE(runs.size() == 1);
+  // The helper marks the run just after the exit (it may need a lock the process held).
+  for (int i = 0; i < 200 && runs[0].status == store::RunStatus::running; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    runs = s.list_runs();
+  }
   CHECK(runs[0].status == store::RunStatus::interrupted);
   CHECK(test::read_file(log).find("continue with") == std::string::npos);  // not the graceful stop
   store::Statement ev = s.db().prepare("SELECT count(*) FROM events WHERE kind = 'interrupt'");

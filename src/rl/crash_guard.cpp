@@ -25,8 +25,12 @@ const int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 std::terminate_handler g_old_terminate = nullptr;
 
 /// Forks and execs the helper for the guarded run, once; `status` is nullptr (failed) or
-/// "interrupted". Only fork, execve and waitpid: callable from a signal handler.
-void run_helper_as(const char* reason, const char* status) {
+/// "interrupted". Only fork, execve and waitpid: callable from a signal handler. With `wait`
+/// false the caller exits next and the helper finishes on its own: it may need the store's write
+/// lock that a thread of this process holds (the signal may interrupt a write), which the
+/// process's exit releases; waiting would have held both for the store's 10-s busy timeout, and
+/// then the run would stay `running`.
+void run_helper_as(const char* reason, const char* status, bool wait = true) {
   if (!g_armed) return;
   g_armed = false;  // once
   pid_t pid = fork();
@@ -37,7 +41,7 @@ void run_helper_as(const char* reason, const char* status) {
     execve(g_exe, argv, envp);
     _exit(127);
   }
-  if (pid > 0) {
+  if (pid > 0 && wait) {
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
@@ -106,7 +110,7 @@ CrashGuard::~CrashGuard() {
 
 void interrupt_exit_now() {
   run_helper_as("interrupted twice: the process stopped at once, during a step; the run resumes from its last checkpoint",
-                "interrupted");
+                "interrupted", /*wait=*/false);
   _exit(130);
 }
 

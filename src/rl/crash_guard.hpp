@@ -22,10 +22,11 @@ class CrashGuard {
   CrashGuard& operator=(const CrashGuard&) = delete;
 };
 
-/// For a second SIGINT (the user insists on stopping now), called from the signal handler: runs
+/// For a second SIGINT (the user insists on stopping now), called from the signal handler: starts
 /// the helper to mark the guarded run `interrupted` with an `interrupt` event (only while it is
-/// `running` under this process's lease, as for a crash), then ends the process with status 130
-/// (_exit: no destructors). Without a guard (before the run row exists) it only exits. The run
+/// `running` under this process's lease, as for a crash) and ends the process with status 130
+/// at once (_exit: no destructors), without waiting: the helper may need a store lock this
+/// process holds, which its exit releases; the mark lands just after the exit. Without a guard (before the run row exists) it only exits. The run
 /// resumes from its last checkpoint (`--resume` redoes the steps after it).
 [[noreturn]] void interrupt_exit_now();
 
