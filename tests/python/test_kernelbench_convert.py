@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from kernelbench.common import Skip, task_name  # noqa: E402
 from kernelbench.convert import Conversion, convert_at, shape_text  # noqa: E402
-from kernelbench.source import base_symbols, load_module, module_ints  # noqa: E402
+from kernelbench.source import base_symbols, load_module, module_ints, source_literals  # noqa: E402
 
 LINEAR = '''import torch
 import torch.nn as nn
@@ -191,6 +191,34 @@ class ConverterSteps(unittest.TestCase):
         ref = torch.jit.load(os.path.join(self.dir.name, task, "reference.pt"))
         torch.testing.assert_close(ref(x, c.state["linear.weight"], c.state["linear.bias"]), expected)
 
+    def test_a_value_two_size_symbols_share_names_each_dim_by_its_own_symbol(self):
+        # batch_size = features = 64: every 64 was named batch_size, the weight [batch_size, batch_size]
+        path = self.problem("7_LinearRelu.py", LINEAR.replace("features = 96", "features = 64"))
+        c = Conversion(1, 7, path, options(), 1.0, None, None)
+        c.analyse_full_size()
+        c.choose_trace_sizes()
+        c.build_traced_problem()
+        c.choose_value_rules()
+        c.check_forward()
+        c.trace_reference()
+        c.check_trace()
+        c.symbolic_shapes()
+        self.assertEqual(c.exprs, [["batch_size", "features"], ["features", "features"], ["features"],
+                                   ["batch_size", "features"]])
+        self.assertEqual(c.used_symbols, {"batch_size": 64, "features": 64})
+        self.assertEqual(c.untie_groups, [["batch_size", "features"]])
+        # at the cpu sizes the two differ, so a kernel that swaps them is caught there
+        c.find_cpu_sizes()
+        self.assertEqual(c.cpu_over, {"batch_size": 64, "features": 32})
+        self.assertEqual(c.info["cpu_untied"], "batch_size,features")
+        x = c.C.tensors[0]
+        self.assertEqual(tuple(x.shape), (64, 32))
+        w = c.weights_for(c.C)
+        self.assertEqual(tuple(w["linear.weight"].shape), (32, 32))
+        expected = torch.relu(x @ w["linear.weight"].T + w["linear.bias"]) * 2.0
+        got = c.traced(x.clone(), w["linear.weight"], w["linear.bias"])
+        torch.testing.assert_close(got, expected)
+
     def test_a_random_forward_is_skipped_at_the_forward_check(self):
         path = self.problem("3_Dropout.py", RANDOM)
         c = Conversion(1, 3, path, options(), 1.0, None, None)
@@ -261,6 +289,20 @@ class ConverterSteps(unittest.TestCase):
         self.assertEqual(mod.shape, (2, 5))
         self.assertEqual(module_ints(mod), {"layer_sizes_0": 400, "layer_sizes_1": 16, "shape_0": 2, "shape_1": 5,
                                             "n": 7})
+
+    def test_a_repeated_list_of_sizes_is_one_size_per_element(self):
+        # 3_DeepNarrowMLP's `hidden_layer_sizes = [1024] * 16` was no size: its 16 weights kept
+        # 1024 x 1024 at the cpu sizes, and the 1024 and 16 counted as divisors of the problem.
+        src = "hidden = [1024] * 16\npair = 3 * (8, 6)\nn = 4096\nm = 2 * 3\n" \
+              "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\nclass Model:\n    pass\n"
+        self.assertEqual(base_symbols(src), {"hidden_0": 1024, "pair_0": 8, "pair_1": 6, "n": 4096, "m": 6})
+        self.assertEqual(source_literals(src), set())  # the sizes' own literals are no divisors
+        path = self.problem("1_R.py", src)
+        mod = load_module(path, src, {"hidden_0": 64, "pair_1": 2})
+        self.assertEqual(mod.hidden, [64] * 16)
+        self.assertEqual(mod.pair, (8, 2) * 3)
+        ints = module_ints(mod)
+        self.assertEqual({ints[f"hidden_{i}"] for i in range(16)}, {64})
 
     def test_task_names_keep_acronyms_and_dimensions_whole(self):
         names = {"19_ReLU.py": "l1_019_relu", "20_LeakyReLU.py": "l1_020_leaky_relu", "26_GELU_.py": "l1_026_gelu",

@@ -6,7 +6,7 @@ import torch
 
 
 
-IMPORTER_VERSION = 9  # part of the resume key; see still_current() for what older versions keep
+IMPORTER_VERSION = 10  # part of the resume key; see still_current() for what older versions keep
 PROBLEM_RE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.py$")
 CATEGORY = {1: "operator", 2: "fusion", 3: "network", 4: "model"}
 # --timeout by level when not given: level 3's networks (224 x 224 inputs, recurrent nets of

@@ -12,7 +12,7 @@ import torch
 from .common import BASE_BYTES, CATEGORY, GIB, IMPORTER_VERSION, LEAN_SHARE, Skip, dtype_name, gib, nbytes, task_name, yaml_float, yaml_str
 from .source import base_symbols, load_module, module_ints, source_literals
 from .problem import Problem, analyze, dims_of, est_seconds, flat_outputs, lean_bytes, need_bytes, roles_kept
-from .sizes import eval_dim, fit_derived_dims, shrink_search
+from .sizes import eval_dim, fit_derived_dims, halve, shrink_search
 from .values import fresh_like, generate, rules_by_module, spread_constant, weight_names, weight_rule
 from .tracing import close, lean_checks, meta_tensor_constants, meta_tracing, same, unbake_devices
 
@@ -90,6 +90,7 @@ class Conversion:
         self.base = base_symbols(self.src)
         self.literals = source_literals(self.src)
         self.info = {}
+        self.untie_groups = []
         self.full_a = None
         self.trace_over = None
         self.T = None
@@ -392,6 +393,7 @@ class Conversion:
                 [tuple(x.shape) for x in ref_out]
         self.exprs = [[symbol_of.get(int(d), str(int(d))) for d in s] for s in F_shapes]
         if full_a is not None:
+            self.name_shared_values(by_value, symbol_of, F_shapes, keys)
             fit_derived_dims(self.path, self.src, self.base, full_a, self.seed, self.exprs, F_shapes, keys, symbol_of,
                              self.literals, self.trace_over)
         self.used_symbols = {}
@@ -406,6 +408,45 @@ class Conversion:
             # shapes cannot follow the symbols: literal dims only, no cpu variant
             self.exprs = [[str(int(d)) for d in s] for s in F_shapes]
             self.used_symbols = {}
+
+    def name_shared_values(self, by_value, symbol_of, F_shapes, keys):
+        """A value several size symbols share names each of its dims by the symbol it follows:
+        the problem analysed (meta device) with one of them moved alone shows which dims move with
+        it. 3_DeepNarrowMLP's hidden weights were `[batch_size, batch_size]` since batch_size =
+        1024 = hidden_layer_sizes_0; they are `[hidden_layer_sizes_0, hidden_layer_sizes_0]`. A
+        dim that follows none of them alone, or several, keeps the first symbol's name. The
+        symbols still move together in the size search (the source may rely on their equality)."""
+        all_values = set(self.base.values())
+        self.untie_groups = []  # per shared value, the symbols some dim follows alone (_untie_cpu_sizes)
+        for v, ks in by_value.items():
+            named = [k for k in ks if k in self.base]
+            if len(named) < 2 or symbol_of.get(v) not in named:
+                continue
+            probe_v = next((x for x in (v // 2, v - 1, v + 1, 2 * v) if x >= 2 and x not in all_values), None)
+            if probe_v is None:
+                continue
+            follows = {}  # (i, j) -> symbols whose move alone moves that dim to probe_v
+            for k in named:
+                over = dict(self.base)
+                over[k] = probe_v
+                try:
+                    a = analyze(self.path, self.src, over, self.seed)
+                except Exception:
+                    continue
+                shapes = list(a["inputs"]) + [a["weights"].get(w) for w in keys] + list(a["outputs"])
+                if len(shapes) != len(F_shapes) or any(x is None or len(x) != len(y) for x, y in zip(shapes, F_shapes)):
+                    continue
+                for i, sh in enumerate(F_shapes):
+                    for j, d in enumerate(sh):
+                        if d == v and shapes[i][j] == probe_v:
+                            follows.setdefault((i, j), []).append(k)
+            alone = set()
+            for (i, j), who in follows.items():
+                if len(who) == 1 and self.exprs[i][j] == symbol_of[v]:
+                    self.exprs[i][j] = who[0]
+                    alone.add(who[0])
+            if len(alone) >= 2:
+                self.untie_groups.append(sorted(alone, key=named.index))
 
     def eval_shapes(self, ints):
         """The shapes of exprs at the symbol values `ints`."""
@@ -440,6 +481,8 @@ class Conversion:
         torch.set_num_threads(1)
         try:
             self._search_cpu_sizes(frozen, start_a, start_over)
+            if self.gpu_only is None and not self.cpu_note and (trace_over is None or self.cpu_over is not None):
+                self._untie_cpu_sizes(frozen)
         finally:
             torch.set_num_threads(max(1, o.threads))
         if self.cpu_note and trace_over is not None:
@@ -454,6 +497,69 @@ class Conversion:
             self.info["cpu_ms"] = round(self.cpu_ms, 2)
         if trace_over is not None:
             self.info["traced_sizes"] = {k: v for k, v in self.T.ints.items() if k in self.used_symbols}
+
+    def _untie_cpu_sizes(self, frozen):
+        """Symbols of equal value whose dims name_shared_values told apart (`M = N = 1024`) moved
+        together in the size search, so a kernel that swaps their dims was right at the cpu sizes
+        too. Here each group's later members get smaller, distinct values (halved once more per
+        member) where the problem, its trace and its shapes agree there and no divisibility the
+        full sizes have between symbols is lost; else the cpu sizes stay as found."""
+        base = self.base
+        start = dict(self.cpu_over) if self.cpu_over is not None else dict(base)
+        for group in self.untie_groups:
+            if any(k in frozen for k in group) or len({start.get(k, base[k]) for k in group}) != 1:
+                continue
+            cand, x = dict(start), start.get(group[0], base[group[0]])
+            for k in group[1:]:
+                x = halve(x)
+                cand[k] = x
+            if x < 4:
+                continue
+            pairs = [(a, b) for a in base for b in base if base[a] != base[b] and base[a] % base[b] == 0]
+            if any(cand[a] % cand[b] for a, b in pairs):
+                continue
+            if any(cand[a] == cand[b] for a in base for b in base if base[a] != base[b]):
+                continue  # a new tie with another symbol (shrink_search keeps different values apart)
+            checked = self._check_cpu_over(cand)
+            if checked is not None:
+                start = cand
+                self.cpu_over, self.C, self.cpu_ms = cand, checked[0], checked[1]
+                self.info.setdefault("cpu_untied", []).append(",".join(group))
+        if "cpu_untied" in self.info:
+            self.info["cpu_untied"] = "; ".join(self.info["cpu_untied"])
+
+    def _check_cpu_over(self, over):
+        """(problem, reference ms) at the symbol values `over` when every dimension keeps its role,
+        the trace agrees with forward there, the declared shapes hold and the reference runs within
+        --cpu-ms on one core; else None."""
+        try:
+            a = analyze(self.path, self.src, over, self.seed)
+        except Exception:
+            return None
+        if self.full_a is not None and not roles_kept(self.full_a, a):
+            return None
+        try:
+            Cp = Problem(self.path, self.src, over, self.seed, record=True)
+        except Exception:
+            return None
+        wC = self.weights_for(Cp)
+        if any(k not in wC for k in self.keys):
+            return None
+        with torch.no_grad():
+            try:
+                eager = flat_outputs(Cp.call([t.clone() for t in Cp.tensors], dict(wC)))
+                args = [t.clone() for t in Cp.tensors] + [wC[k] for k in self.keys]
+                got = flat_outputs(self.traced(*args))
+                t0 = time.perf_counter()
+                self.traced(*args)
+                dt = time.perf_counter() - t0
+            except Exception:
+                return None
+        if not close(got, eager) or self.eval_shapes(Cp.ints) != self.actual_shapes(Cp, got):
+            return None
+        if dt * 1000 > self.o.cpu_ms:
+            return None
+        return Cp, dt * 1000
 
     def _search_cpu_sizes(self, frozen, start_a, start_over):
         """The size search; where the trace fails at the sizes found (it does not run there, or it
@@ -703,6 +809,9 @@ class Conversion:
         if C is not None:
             y.append("  cpu_overrides: " + yaml_str(", ".join(f"{k}={v}" for k, v in self.cpu_over.items()
                                                               if self.base.get(k) != v)))
+        if info.get("cpu_untied"):
+            y.append("  cpu_untied: " + yaml_str(info["cpu_untied"] + ": equal at KernelBench's sizes, distinct at the "
+                                                 "cpu sizes"))
         y.append("prompt: |")
         y += ["  " + line if line.strip() else "" for line in self.src.rstrip("\n").split("\n")]
         y.append("sizes: {" + ", ".join(f"{k}: {v}" for k, v in self.used_symbols.items()) + "}")

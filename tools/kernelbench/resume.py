@@ -4,7 +4,7 @@ import os
 import re
 
 from .common import IMPORTER_VERSION
-from .source import _unpacked_targets
+from .source import _unpacked_targets, base_symbols, sequence_literal
 from .tracing import saved_device_constants
 
 
@@ -71,8 +71,23 @@ def _changed_in_v9(src, task, skip_reason, o):
     return skip_reason is not None
 
 
+def _changed_in_v10(src, task, skip_reason, o):
+    """Whether version 10 may convert this problem differently from version 9: a value that several
+    size symbols share (each dim is now named by the symbol it follows), a repeated list of sizes
+    (`[1024] * 16`, now sizes), or a tuple or list of sizes (its elements no longer count as
+    divisors the problem relies on)."""
+    try:
+        tree = ast.parse(src)
+        symbols = base_symbols(src)
+    except SyntaxError:
+        return False
+    if len(set(symbols.values())) < len(symbols):
+        return True
+    return any(isinstance(n, ast.Assign) and sequence_literal(n.value) is not None for n in tree.body)
+
+
 CHANGES = {4: _changed_in_v4, 5: _changed_in_v5, 6: _changed_in_v6, 7: _changed_in_v7, 8: _changed_in_v8,
-           9: _changed_in_v9}
+           9: _changed_in_v9, 10: _changed_in_v10}
 OLDEST_KEPT = 3  # records of older versions are always redone
 
 

@@ -59,11 +59,24 @@ def _unpacked_targets(node):
     return [(t.id, v) for t, v in zip(names, vals) if v > 1]
 
 
+def sequence_literal(value):
+    """The tuple or list literal whose int elements are sizes: `value` itself, or the sequence of a
+    repetition `[1024] * 16` / `16 * [1024]` (whose count is not a size); else None."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return value
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
+        for seq, count in ((value.left, value.right), (value.right, value.left)):
+            if isinstance(seq, (ast.Tuple, ast.List)) and const_value(count) is not None:
+                return seq
+    return None
+
+
 def _size_targets(node):
     """[(symbol, value)] a module-level assignment defines: `a = b = 128` gives a and b; a tuple or
     list of int literals `shape = (32768, 64)` gives shape_0 and shape_1 (a list once was no size
-    at all, and 3_MLP's `layer_sizes = [16384, 16384]` kept a 1-GiB weight at the cpu sizes);
-    `a, b = 16, 32` gives a and b."""
+    at all, and 3_MLP's `layer_sizes = [16384, 16384]` kept a 1-GiB weight at the cpu sizes); a
+    repeated one, `hidden = [1024] * 16`, gives hidden_0 for every copy (3_DeepNarrowMLP's was no
+    size, and kept 16 1024 x 1024 weights at the cpu sizes); `a, b = 16, 32` gives a and b."""
     unpacked = _unpacked_targets(node)
     if unpacked:
         return unpacked
@@ -72,8 +85,9 @@ def _size_targets(node):
     v = const_value(node.value)
     if v is not None:
         return [(t.id, v) for t in node.targets] if v > 1 else []
-    if isinstance(node.value, (ast.Tuple, ast.List)) and len(node.targets) == 1:
-        vals = [const_value(e) for e in node.value.elts]
+    seq = sequence_literal(node.value)
+    if seq is not None and len(node.targets) == 1:
+        vals = [const_value(e) for e in seq.elts]
         if vals and all(x is not None for x in vals):
             return [(f"{node.targets[0].id}_{i}", x) for i, x in enumerate(vals) if x > 1]
     return []
@@ -93,8 +107,8 @@ def source_literals(src):
     the problem may rely on."""
     out = set()
     tree = ast.parse(src)
-    sizes = {id(n) for node in tree.body if isinstance(node, ast.Assign) and
-             (const_value(node.value) is not None or _unpacked_targets(node)) for n in ast.walk(node.value)}
+    sizes = {id(n) for node in tree.body if isinstance(node, ast.Assign) and _size_targets(node)
+             for n in ast.walk(node.value)}
     for n in ast.walk(tree):
         if id(n) in sizes:
             continue
@@ -115,11 +129,11 @@ def load_module(path, src, overrides=None):
                 for i, t in enumerate(node.targets[0].elts):
                     if t.id in overrides:
                         node.value.elts[i] = ast.copy_location(ast.Constant(overrides[t.id]), node.value.elts[i])
-            elif isinstance(node.value, (ast.Tuple, ast.List)):
-                name = node.targets[0].id
-                for i, e in enumerate(node.value.elts):
+            elif sequence_literal(node.value) is not None:
+                name, seq = node.targets[0].id, sequence_literal(node.value)
+                for i, e in enumerate(seq.elts):
                     if f"{name}_{i}" in overrides:
-                        node.value.elts[i] = ast.copy_location(ast.Constant(overrides[f"{name}_{i}"]), e)
+                        seq.elts[i] = ast.copy_location(ast.Constant(overrides[f"{name}_{i}"]), e)
             else:
                 for t in node.targets:
                     if t.id in overrides:
