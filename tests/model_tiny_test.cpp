@@ -286,7 +286,8 @@ TEST_CASE("model: leap model init / inspect / tokenize / generate commands") {
   CHECK(r.rc == 2);
   CHECK(r.err.find("max_position_embeddings") != std::string::npos);
   r = leap::test::run_leap("model inspect " + (tmp.path / "nothing").string());
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);  // a missing folder is a usage error, named
+  CHECK(r.err.find("no checkpoint folder") != std::string::npos);
   {
     // A config.json whose sizes do not fit the weights: inspect says so, as loading would.
     const std::string bad = (tmp.path / "bad").string();

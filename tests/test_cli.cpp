@@ -7,6 +7,7 @@
 
 #include "store/store.hpp"
 #include "support.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 
 using leap::test::run_leap;
 
@@ -47,6 +48,42 @@ TEST_CASE("cli: bad usage exits 2") {
   CHECK(contains(typo.err, "unknown command 'trian'"));
   CHECK(contains(typo.err, "did you mean 'train'?"));
   CHECK(run_leap("--db /tmp/x.db version").rc == 0);
+}
+
+TEST_CASE("cli: leap model names a missing checkpoint folder and an empty prompt as usage errors (exit 2)") {
+  leap::test::TempDir tmp;
+  const std::string none = (tmp.path / "none").string();
+  for (const std::string& sub : {std::string("inspect ") + none, "tokenize " + none + " x", "generate " + none + " --prompt x"}) {
+    CAPTURE(sub);
+    auto r = run_leap("model " + sub);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "no checkpoint folder '" + none + "'"));
+  }
+  const std::string model = (leap::test::tiny_model() / "tiny").string();
+  auto file = run_leap("model inspect " + model + "/config.json");
+  CHECK(file.rc == 2);
+  CHECK(contains(file.err, "it is a file"));
+  auto empty = run_leap("model generate " + model + " --prompt '' --max-new-tokens 2");
+  CHECK(empty.rc == 2);
+  CHECK(contains(empty.err, "has no tokens"));
+  CHECK(run_leap("model generate " + model + " --prompt '' --chat --max-new-tokens 2 --temperature 0").rc == 0);
+}
+
+TEST_CASE("cli: model init outside the checkout trains its tokenizer on the checkout's tasks, and warns of an empty corpus") {
+  // A new user's `model init` in /tmp found no ./tasks and trained the tokenizer on the built-in
+  // text alone, silently: the quickstart then learned nothing (2026-12-08).
+  leap::test::TempDir tmp;
+  const std::string cd = "cd '" + tmp.path.string() + "' && ";
+  auto r = run_leap("model init --out " + (tmp.path / "m").string(), cd);
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  CHECK(contains(r.out, "under " LEAP_SOURCE_DIR "/tasks)"));
+  CHECK_FALSE(contains(r.out, "trained on 0 files"));
+  CHECK_FALSE(contains(r.err, "holds no task.yaml"));
+  std::filesystem::create_directories(tmp.path / "empty");
+  auto e = run_leap("model init --out " + (tmp.path / "m2").string() + " --corpus " + (tmp.path / "empty").string(), cd);
+  REQUIRE_MESSAGE(e.rc == 0, e.err);
+  CHECK(contains(e.out, "trained on 0 files"));
+  CHECK(contains(e.err, "holds no task.yaml or solutions"));
 }
 
 TEST_CASE("cli: out-of-range or non-finite option values are usage errors (exit 2) naming the option") {

@@ -93,6 +93,47 @@ TEST_CASE("env: extract format errors") {
   CHECK(a.code == "int f();\n");
 }
 
+TEST_CASE("env: extract reads what a reader of the rendered answer sees") {
+  // A red team's honest answers were format errors and a hidden block was graded (2026-12-08).
+  const std::string code = "```cpp\nint f();\n```\n";
+  const std::string plan = "```yaml\nlaunches: []\n```\n";
+  // Prose that mentions the tag is no reasoning block.
+  auto a = extract_answer("I skip the <think> step here.\n" + code + plan, CodeLanguage::cpp);
+  CHECK(a.code == "int f();\n");
+  // "</think>" inside the code (a comment) does not cut the answer.
+  a = extract_answer("Here:\n```cpp\n// no </think> here\nint g();\n```\n" + plan, CodeLanguage::cpp);
+  CHECK(a.code == "// no </think> here\nint g();\n");
+  CHECK(a.code_line == 3);
+  // A template that opened the block in the prompt: the response starts inside the reasoning.
+  a = extract_answer("draft:\n```cpp\nint old();\n```\nok.</think>\n" + code + plan, CodeLanguage::cpp);
+  CHECK(a.code == "int f();\n");
+  CHECK(a.code_line == 7);
+  // Leading whitespace before <think>; the first </think> ends it.
+  a = extract_answer("\n <think>\n```cpp\nint old();\n```\n</think>\n" + code + plan, CodeLanguage::cpp);
+  CHECK(a.code == "int f();\n");
+  // Tilde fences (CommonMark), and fences indented inside a list item.
+  a = extract_answer("~~~cpp\nint t();\n~~~\n~~~~yaml\nlaunches: [t]\n~~~~\n", CodeLanguage::cpp);
+  CHECK(a.code == "int t();\n");
+  CHECK(a.plan_yaml == "launches: [t]\n");
+  a = extract_answer("1. The code:\n\n    ```cpp\n    int h() {\n      return 1;\n    }\n    ```\n2. The plan:\n\n"
+                     "    ```yaml\n    launches:\n      - {kernel: h}\n    ```\n",
+                     CodeLanguage::cpp);
+  CHECK(a.code == "int h() {\n  return 1;\n}\n");
+  CHECK(a.plan_yaml == "launches:\n  - {kernel: h}\n");
+  // A ~~~ block is not closed by ``` (nor the reverse).
+  a = extract_answer("~~~cpp\nint u();\n```\nint v();\n~~~\n" + plan, CodeLanguage::cpp);
+  CHECK(a.code == "int u();\n```\nint v();\n");
+  // A block inside an HTML comment is hidden from a reader, and not graded.
+  a = extract_answer(code + plan + "<!--\n```cpp\nint hidden();\n```\n-->\n", CodeLanguage::cpp);
+  CHECK(a.code == "int f();\n");
+  a = extract_answer(code + "<!-- x --> text <!-- ```cpp -->\n" + plan, CodeLanguage::cpp);
+  CHECK(a.code == "int f();\n");
+  CHECK(format_error_of("<!--\n" + code + plan, CodeLanguage::cpp).find("no ```cpp code block") != std::string::npos);
+  // "<!--" inside a code block is code, not a comment.
+  a = extract_answer("```cpp\nconst char* s = \"<!--\";\n```\n" + plan, CodeLanguage::cpp);
+  CHECK(a.code == "const char* s = \"<!--\";\n");
+}
+
 TEST_CASE("env: an answer file is read to one byte past the limit, and that is refused by name") {
   leap::test::TempDir dir;
   const std::string code = "```cpp\nint f();\n```\n```yaml\nlaunches: []\n```\n";

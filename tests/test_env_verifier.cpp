@@ -70,7 +70,7 @@ const char* kSoftmaxPlan = "launches:\n  - kernel: softmax_rows\n    args: [x, y
 // Softmax rows with a body fragment replaced, for the failure kinds.
 std::string softmax_code(const std::string& extra_before, const std::string& rows_expr = "rows",
                          const std::string& extra_after = "") {
-  return "#include <cmath>\n#include <cstdint>\n"
+  return "#include <cmath>\n#include <cstdint>\n#include <unistd.h>\n"
          "extern \"C\" void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {\n" +
          extra_before +
          "  for (int64_t r = 0; r < " + rows_expr + "; ++r) {\n"
@@ -237,6 +237,16 @@ TEST_CASE("env: the correctness seeds run in one worker job, each failure placed
     CHECK(contains(r.feedback, "within 2 s"));  // the run's own limit, counted from its start
     CHECK(contains(r.feedback, "on seed 2 of 3"));
   }
+  SUBCASE("calls that each sleep under the idle allowance are stopped once the seeds' idle sums past it") {
+    // 6 s a call against an allowance of 10 s + 10% of the 2-s limit: each run alone is within
+    // it, so 3 seeds (and the timing job after them) held a grader that long (a red team's 9 s
+    // a call took 62 s); the allowance is the job's, so seed 2 ends it.
+    auto r = eval(*task, answer(softmax_code("  usleep(6000000);\n"), kSoftmaxPlan));
+    CAPTURE(r.feedback);
+    CHECK(r.verdict == Verdict::timeout);
+    CHECK(contains(r.feedback, "neither computing nor waiting for a CPU"));
+    CHECK(contains(r.feedback, "on seed 2 of 3"));
+  }
   SUBCASE("outputs left unwritten in the third call are wrong on seed 3") {
     auto r = eval(*task, answer(softmax_code("  static int calls = 0;\n  if (++calls == 3) return;\n"), kSoftmaxPlan));
     CAPTURE(r.feedback);
@@ -386,6 +396,30 @@ tolerance: {atol: 1.0e-5, rtol: 1.0e-4}
   CHECK(ok.verdict == Verdict::correct);
 }
 
+TEST_CASE("env: integer outputs are compared exactly in their own dtype, above 2^53 too") {
+  // (int64_t)(double)(x + 1) for x near 2^60 differs from x + 1 in its low bits: through double
+  // the two compared equal, and a red team's wrong answer was `correct` (2026-12-08).
+  const int64_t base = int64_t{1} << 60;
+  torch::Tensor ref = torch::arange(base, base + 1000, torch::kInt64) + 1;
+  torch::Tensor got = ref.clone();
+  got[5] = got[5].item<int64_t>() + 1;
+  got[9] = got[9].item<int64_t>() - 3;
+  REQUIRE(static_cast<double>(got[5].item<int64_t>()) == static_cast<double>(ref[5].item<int64_t>()));
+  const auto c = compare_output(got, ref, 1e-4, 1e-4);
+  CHECK_FALSE(c.ok);
+  CHECK(c.mismatches == 2);
+  CHECK(c.first_bad == 5);
+  CHECK(c.max_abs_error > 0);
+  CHECK(compare_output(ref.clone(), ref, 1e-4, 1e-4).ok);
+  torch::Tensor small = torch::arange(0, 100, torch::kInt32);
+  torch::Tensor off = small.clone();
+  off[3] = 4;
+  const auto s = compare_output(off, small, 1e-4, 1e-4);
+  CHECK(s.mismatches == 1);
+  CHECK(s.max_abs_error == 1.0);
+  CHECK(s.first_bad == 3);
+}
+
 TEST_CASE("env: compare_output is scale-aware") {
   torch::Tensor ref = torch::full({100000}, 1.0e-5);
   ref[0] = 2.0e-5;
@@ -494,9 +528,10 @@ tolerance: {atol: 1.0e-5, rtol: 1.0e-5}
   CHECK(contains(r.feedback, "(median of 8 trials; of the reference: "));
 }
 
-TEST_CASE("env: a cpu plan's scratch is held to 1 GiB and to env.worker_memory_mb") {
+TEST_CASE("env: a cpu plan's scratch is held to 256 MiB and to env.worker_memory_mb") {
   // A red team's unused 4-GiB scratch cost 20-29 s and 4 GB of the grader's memory, whatever
   // env.worker_memory_mb said (2026-12-07): scratch is mapped by the grader and zero-filled by it.
+  // At a 1-GiB cap, an unused 1-GiB scratch still cost 9-21 s (2026-12-08).
   auto task = starter_task("relu");
   const std::string good = leap::test::read_file(kStarter + "/relu/solutions/cpu_loop.md");
   const auto with_scratch = [&](int64_t floats) {
@@ -505,10 +540,10 @@ TEST_CASE("env: a cpu plan's scratch is held to 1 GiB and to env.worker_memory_m
     REQUIRE(at != std::string::npos);
     return a.insert(at + 8, "scratch:\n  pad: {dtype: float32, shape: [" + std::to_string(floats) + "]}\n");
   };
-  auto over = eval(*task, with_scratch((int64_t(1) << 28) + 1));  // 1 GiB + 4 bytes
+  auto over = eval(*task, with_scratch((int64_t(1) << 26) + 1));  // 256 MiB + 4 bytes
   CAPTURE(over.feedback);
   CHECK(over.verdict != Verdict::correct);
-  CHECK(contains(over.feedback, "more than the limit of 1073741824"));
+  CHECK(contains(over.feedback, "more than the limit of 268435456"));
   CHECK(contains(over.feedback, "env.worker_memory_mb"));
   leap::test::TempDir cache;
   leap::config::EnvConfig small = test_env(cache.path.string());
@@ -599,6 +634,10 @@ tolerance: {atol: 1.0e-4, rtol: 1.0e-4}
   CHECK(kinds(*honest).empty());
   auto ignores = make("ignores", "{normal: {mean: 0, std: 1}}", "x * 2.0");
   CHECK(kinds(*ignores).count("ignores_input"));
+  // An input whose effect stays far inside the tolerance is ignorable too, though the outputs are
+  // not bit-identical (3_DeepNarrowMLP's x moves its output by 2e-9).
+  auto faint = make("faint", "{normal: {mean: 0, std: 1}}", "x * 2.0 + w * 1.0e-7");
+  CHECK(kinds(*faint).count("ignores_input"));
   auto zeros = make("zeros", "{normal: {mean: 0, std: 1}}", "torch.zeros_like(x) * w");
   CHECK(kinds(*zeros).count("zeros_pass"));
   CHECK(kinds(*zeros).count("ignores_input"));

@@ -12,6 +12,8 @@
 
 #include "report/ablation.hpp"
 #include "report/runs.hpp"
+#include "report_fixture.hpp"
+#include "store/lease.hpp"
 #include "store/store.hpp"
 #include "support.hpp"
 
@@ -293,6 +295,63 @@ TEST_CASE("report: Acc@T counts a run that solved every task at turn 1 (T from t
   CHECK(r.eval_acc[0] == doctest::Approx(1.0));
   CHECK(r.eval_acc[1] == doctest::Approx(1.0));
   CHECK(r.turns == 2);
+}
+
+TEST_CASE("report: a run marked running whose writer is gone is labelled stopped, and the report says how to resume it") {
+  // A SIGKILLed train (the OOM killer) left its run `running` in every report for good.
+  leap::test::TempDir tmp;
+  const std::string db = (tmp.path / "leap.db").string();
+  RunInfo info;
+  info.id = "20260101-000000-e001";
+  info.name = "arm_e";
+  info.config_yaml = "name: arm_e\n";
+  info.started_at = 1000;
+  RunLease live = leap::store::my_lease();  // this process: the writer is alive
+  live.refreshed_at = 1000;
+  info.lease = live;
+  {
+    Store st(db);
+    st.create_run(info);
+    auto r = leap::report::summarize_run(st, info.id, 0);
+    CHECK(r.writer_gone.empty());
+    leap::report::Arm arm;
+    arm.runs = {&r};
+    CHECK(leap::report::arm_label(arm) == "arm_e (20260101-000000-e001, running)");
+    // The same pid started at another time: a reused pid, the writer is gone.
+    RunLease dead = live;
+    dead.process_started_at = live.process_started_at - 1000;
+    st.db().exec("UPDATE runs SET lease_process_started_at = " + std::to_string(dead.process_started_at));
+    r = leap::report::summarize_run(st, info.id, 0);
+    CHECK(r.writer_gone.find("is now another process") != std::string::npos);
+    CHECK(leap::report::arm_label(arm) == "arm_e (20260101-000000-e001, stopped (writer gone))");
+  }
+  const auto rep = run_leap("report --format csv --db " + db);
+  REQUIRE_MESSAGE(rep.rc == 0, rep.err);
+  CHECK(rep.out.find("stopped (writer gone)") != std::string::npos);
+  CHECK(rep.err.find("leap train --resume 20260101-000000-e001") != std::string::npos);
+}
+
+TEST_CASE("report: a run stopped before any evaluation after step 0 has no final evaluation") {
+  // A new user's run interrupted at step 9 had only its step-0 evaluation, which the table showed
+  // (and pooled into its arm) as the final one (2026-12-08).
+  leap::test::TempDir tmp;
+  Store st((tmp.path / "leap.db").string());
+  leap::test::SyntheticRun spec;
+  spec.id = "20260101-000000-f001";
+  spec.name = "arm_f";
+  const std::string id = leap::test::write_synthetic_run(st, spec);
+  auto full = leap::report::summarize_run(st, id, 0);
+  REQUIRE_FALSE(full.eval_acc.empty());
+  REQUIRE(full.eval_step.has_value());
+  CHECK(*full.eval_step == 12);
+  st.db().exec("DELETE FROM metrics WHERE name LIKE 'eval/%' AND step > 0");
+  st.db().exec("DELETE FROM eval_results WHERE evaluation_id IN (SELECT id FROM evaluations WHERE step > 0)");
+  st.db().exec("DELETE FROM evaluations WHERE step > 0");
+  const auto cut = leap::report::summarize_run(st, id, 0);
+  CHECK(cut.eval_acc.empty());
+  CHECK_FALSE(cut.eval_step.has_value());
+  CHECK(std::isnan(cut.eval_geomean_speedup));
+  CHECK(cut.eval_acc1_start == doctest::Approx(full.eval_acc1_start));  // the start is still the start
 }
 
 TEST_CASE("report: arms that share a name are labelled by the switches that differ") {

@@ -66,6 +66,13 @@ const char* kMeasure = R"(<script>
   document.querySelectorAll('table').forEach(function (t) {
     var b = t.getBoundingClientRect(); if (b.width > 0) r.tables.push(b.right);
   });
+  var ids = {}; r.ids = 0; r.dup_ids = 0;
+  document.querySelectorAll('[id]').forEach(function (e) { r.ids++; if (ids[e.id]) r.dup_ids++; ids[e.id] = 1; });
+  r.uses = 0; r.unresolved = 0;  // every <use> of a plot points at an element of the page
+  document.querySelectorAll('use').forEach(function (u) {
+    var h = u.getAttribute('href') || u.getAttribute('xlink:href') || ''; r.uses++;
+    if (h.charAt(0) !== '#' || !document.getElementById(h.substring(1))) r.unresolved++;
+  });
   var m = 'LEAP' + 'MEASURE', p = document.createElement('pre');
   p.textContent = m + JSON.stringify(r) + m;
   document.body.appendChild(p);
@@ -130,6 +137,12 @@ TEST_CASE("report: the HTML report in headless Chromium at 1400 px: every plot a
     CHECK(p["w"].get<double>() >= 600);
     CHECK(p["h"].get<double>() >= 300);  // the viewBox's aspect ratio, not a 150 px strip
   }
+  // gnuplot writes the same ids (gnuplot_canvas, gpPt0, ...) into every plot: prefixed per plot,
+  // each id is unique on the page and every point marker still finds its definition.
+  CHECK(m["ids"].get<int>() > 10);
+  CHECK(m["dup_ids"].get<int>() == 0);
+  CHECK(m["uses"].get<int>() > 0);
+  CHECK(m["unresolved"].get<int>() == 0);
   REQUIRE(m["tables"].size() >= 5);  // the ablation cut into arms, accuracy, kernels, env calls, time
   for (const auto& right : m["tables"]) CHECK(right.get<double>() <= 1400);
 

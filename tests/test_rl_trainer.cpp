@@ -244,6 +244,7 @@ TEST_CASE("rl trainer: a run resumed after a crash has the same steps and rows a
   exp.train.steps = 5;
   exp.train.checkpoint_every = 2;
   exp.rollout.group_size = 4;
+  exp.eval.temperature = 0.35;  // not the default: `leap eval --run` below samples at the stored value
   auto run = [&](const fs::path& dir, int fail_at, std::optional<std::string> resume) {
     RuleGrader grader;
     grader.chars = {' ', 'e', 't', 'a', 'o', 'i', 'n', 's', '_', '('};
@@ -297,6 +298,15 @@ TEST_CASE("rl trainer: a run resumed after a crash has the same steps and rows a
                            "--set rollout.max_new_tokens=8 --db " + (b.path / "leap.db").string());
   REQUIRE_MESSAGE(ev.rc == 0, ev.err);
   CHECK(scalar(dbb, "SELECT step FROM evaluations WHERE run_id = '" + run_b + "' ORDER BY id DESC LIMIT 1") == 2);
+  // Without --config it samples with the run's stored config (eval.temperature 0.35), --set on top.
+  CHECK(ev.err.find("the run's stored config") != std::string::npos);
+  auto settings = dbb.db().prepare("SELECT json_extract(settings_json, '$.temperature'), "
+                                   "json_extract(settings_json, '$.max_new_tokens') FROM evaluations WHERE run_id = ?1 "
+                                   "ORDER BY id DESC LIMIT 1");
+  settings.bind_text(1, run_b);
+  REQUIRE(settings.step());
+  CHECK(settings.column_double(0) == doctest::Approx(0.35));
+  CHECK(settings.column_int64(1) == 8);
 }
 
 TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume without duplicating its rows") {
@@ -312,7 +322,7 @@ TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume 
   store::Store db(dir.path / "leap.db");
   auto run = [&](int fail_at, std::optional<std::string> resume, const std::string& results) {
     RuleGrader grader;
-    grader.chars = {' ', 'e'};
+    grader.chars = {' ', 'e', 'R', 'T'};
     grader.fail_at = fail_at;
     return train_run(exp, db, grader, results, resume);
   };
@@ -323,7 +333,9 @@ TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume 
   CHECK(db.count_rows("runs") == 0);
 
   const std::string results = (dir.path / "results").string();
-  CHECK_THROWS_AS(run(1, std::nullopt, results), Error);  // step 1's grading crashes: no checkpoint
+  // Grading call 1 is SFT's check of the shipped solutions (RuleGrader: wrong, left out, when
+  // they do not start with an accepted character: relu's starts with 'R', gelu_tanh's with 'T').
+  CHECK_THROWS_AS(run(2, std::nullopt, results), Error);  // step 1's grading crashes: no checkpoint
   const auto id = db.list_runs().at(0).id;
   CHECK(scalar(db, "SELECT COUNT(*) FROM metrics WHERE name = 'sft/loss'") == 2);
   const auto s = run(0, id, results);
@@ -335,10 +347,11 @@ TEST_CASE("rl trainer: a crash before the first checkpoint reruns SFT on resume 
 }
 
 /// Correct exactly for a task's shipped solution text, wrong_output for anything else; keeps the
-/// requests of its first call (the SFT twins' grading).
+/// requests of its first two calls (SFT's check of the shipped solutions, then the first round
+/// of the twins' grading).
 struct ShippedGrader : rl::Grader {
   std::set<std::string> shipped;
-  std::vector<std::string> first_call;
+  std::vector<std::string> first_call, second_call;
   std::vector<size_t> call_sizes;  ///< requests per call, in order
   int calls = 0;
   std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>& requests) override {
@@ -346,6 +359,7 @@ struct ShippedGrader : rl::Grader {
     call_sizes.push_back(requests.size());
     for (const auto& r : requests) {
       if (calls == 0) first_call.push_back(r.answer);
+      if (calls == 1) second_call.push_back(r.answer);
       const bool ok = shipped.count(r.answer) > 0;
       out.push_back(env::EvalResult::make(ok ? env::Verdict::correct : env::Verdict::wrong_output, ok ? "" : "wrong"));
       if (ok) out.back().speedup = 1.0;
@@ -379,10 +393,12 @@ TEST_CASE("rl trainer: train.sft.mutants adds one environment-judged wrong twin 
   test::TempDir dir;
   store::Store db(dir.path / "leap.db");
   train_run(exp, db, grader, (dir.path / "results").string());
-  // The first grading call is the twins' first round: one mutant per solution (each is wrong,
-  // so no second round), none of them shipped.
+  // The first grading call checks the two shipped solutions; the second is the twins' first
+  // round: one mutant per solution (each is wrong, so no second round), none of them shipped.
   CHECK(grader.first_call.size() == 2);
-  for (const auto& a : grader.first_call) CHECK(grader.shipped.count(a) == 0);
+  for (const auto& a : grader.first_call) CHECK(grader.shipped.count(a) == 1);
+  CHECK(grader.second_call.size() == 2);
+  for (const auto& a : grader.second_call) CHECK(grader.shipped.count(a) == 0);
   auto st = db.db().prepare("SELECT message FROM events WHERE kind = 'sft'");
   REQUIRE(st.step());
   const std::string msg = st.column_text(0);
@@ -400,12 +416,14 @@ TEST_CASE("rl trainer: train.sft.mutants adds one environment-judged wrong twin 
   }
   grader.calls = 0;
   grader.first_call.clear();
+  grader.second_call.clear();
   grader.call_sizes.clear();
   store::Store db2(dir.path / "leap2.db");
   train_run(exp, db2, grader, (dir.path / "results2").string());
-  REQUIRE(grader.call_sizes.size() > rounds);
+  REQUIRE(grader.call_sizes.size() > rounds + 1);
+  CHECK(grader.call_sizes[0] == 2);  // the shipped solutions
   size_t graded = 0;
-  for (size_t k = 0; k < rounds; ++k) graded += grader.call_sizes[k];
+  for (size_t k = 1; k <= rounds; ++k) graded += grader.call_sizes[k];
   CHECK(graded == mutants_total);
   auto st2 = db2.db().prepare("SELECT message FROM events WHERE kind = 'sft'");
   REQUIRE(st2.step());

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -34,15 +35,28 @@ namespace {
 
 const std::string kStarter = std::string(LEAP_SOURCE_DIR) + "/tasks/starter";
 
-/// Every answer gets `verdict` with the feedback "fb <n>" (n: the answer's call-wide index), and
-/// every request is recorded, call by call.
+/// A call of only shipped solutions (build_sft_pool grades them first) gets `shipped_verdict`
+/// for each and is recorded in `shipped_calls`. Every other answer gets `verdict` with the
+/// feedback "fb <n>" (n: the answer's index over those calls), and is recorded, call by call.
 struct FixedGrader : rl::Grader {
   env::Verdict verdict = env::Verdict::wrong_output;
-  std::vector<std::vector<std::string>> calls;
+  env::Verdict shipped_verdict = env::Verdict::correct;
+  std::set<std::string> shipped;  ///< the shipped solutions' texts (Setup::pool fills it)
+  std::vector<std::vector<std::string>> calls, shipped_calls;
   int64_t n = 0;
   std::vector<env::EvalResult> grade(const std::vector<rl::GradeRequest>& requests) override {
-    calls.emplace_back();
     std::vector<env::EvalResult> out;
+    const bool all_shipped = std::all_of(requests.begin(), requests.end(),
+                                         [&](const rl::GradeRequest& r) { return shipped.count(r.answer) > 0; });
+    if (all_shipped && !requests.empty()) {
+      shipped_calls.emplace_back();
+      for (const auto& r : requests) {
+        shipped_calls.back().push_back(r.answer);
+        out.push_back(env::EvalResult::make(shipped_verdict, "shipped fb\nsecond line"));
+      }
+      return out;
+    }
+    calls.emplace_back();
     for (const auto& r : requests) {
       calls.back().push_back(r.answer);
       out.push_back(env::EvalResult::make(verdict, "fb " + std::to_string(n++)));
@@ -78,7 +92,9 @@ struct Setup {
     exp.env.backend = "cpu";
     exp.train.sft.enabled = true;
   }
-  rl::SftPool pool(rl::Grader& grader) {
+  rl::SftPool pool(FixedGrader& grader) {
+    for (const auto* t : tasks)
+      for (const auto& text : rl::shipped_solutions(t->spec(), "cpu")) grader.shipped.insert(text);
     rl::SftContext c{exp, model, params, *policy, grader, tasks, rl::UpdateOptions{}, 0, 1, nullptr, "", true, nullptr};
     c.progress = false;
     return rl::build_sft_pool(c);
@@ -139,6 +155,37 @@ TEST_CASE("sft pool: second-turn examples hold the twin and the environment's fe
   CHECK(decode(s.tok, pool.samples[5].prompt_ids).find("fb 1") != std::string::npos);
   CHECK(pool.samples[5].completion_ids == s.policy->encode_completion(s.solution(1)));
   CHECK(pool.twins.find("relu: line 6: '>' -> '<' (wrong_output)") != std::string::npos);
+}
+
+TEST_CASE("sft pool: the shipped solutions are graded first, one the environment shows wrong is left out") {
+  Setup s;
+  s.exp.train.sft.second_turn = 1;
+  FixedGrader ok;
+  const auto pool = s.pool(ok);
+  REQUIRE(ok.shipped_calls.size() == 1);  // one call grades both solutions
+  CHECK(ok.shipped_calls[0] == std::vector<std::string>{s.solution(0), s.solution(1)});
+  CHECK(pool.solutions == 2);
+  CHECK(pool.left_out == 0);
+
+  for (const auto v : {env::Verdict::wrong_output, env::Verdict::compile_error, env::Verdict::runtime_error,
+                       env::Verdict::launch_error}) {
+    CAPTURE(env::to_string(v));
+    FixedGrader wrong;
+    wrong.shipped_verdict = v;
+    const auto none = s.pool(wrong);
+    CHECK(none.left_out == 2);
+    CHECK(none.solutions == 0);
+    CHECK(none.samples.empty());
+    CHECK(wrong.calls.empty());  // no twins of a wrong solution are graded
+  }
+  // A timeout or an infra_error may be the machine's: the solution is kept.
+  for (const auto v : {env::Verdict::timeout, env::Verdict::infra_error}) {
+    FixedGrader slow;
+    slow.shipped_verdict = v;
+    const auto kept = s.pool(slow);
+    CHECK(kept.left_out == 0);
+    CHECK(kept.solutions == 2);
+  }
 }
 
 TEST_CASE("sft pool: second_turn alone adds no wrong turn-1 target, grading rounds stop at enough twins") {

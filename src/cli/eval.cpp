@@ -57,6 +57,22 @@ std::string num_or_dash(double v, const char* fmt) {
   return b;
 }
 
+/// The settings `leap eval --model/--run` samples and grades with: CONFIG (--config) when given;
+/// else, for --run, the run's stored config (its chat format, knowledge base, compaction,
+/// sampling and env settings, as its own evaluations used them); else the defaults. --set
+/// applies on top in every case. Throws UsageError for an unknown run, ConfigError for a bad key.
+config::Experiment eval_experiment(const std::string& config_path, const std::vector<std::string>& sets,
+                                   const std::string& run, const std::string& db_path) {
+  if (!config_path.empty() || run.empty()) return experiment_from_flags(config_path, sets);
+  if (!fs::exists(db_path)) throw UsageError("leap eval --run: no store at " + db_path + " (give --db PATH)");
+  store::Store db(db_path);
+  const auto row = db.get_run(run);
+  if (!row) throw UsageError("leap eval --run: no run '" + run + "' in " + db_path);
+  spdlog::info("leap eval --run {}: sampling and grading with the run's stored config (--config CONFIG to use another)",
+               run);
+  return config::parse_experiment(row->config_yaml, "run " + run + " (stored config)", sets);
+}
+
 /// `leap eval --solutions`: grades saved answer files and records them as an evaluation.
 int eval_solutions(const std::string& tasks_dir, const std::string& solutions_dir, const std::string& backend,
                    const std::string& format, const config::Experiment& exp, const GlobalOptions& g, bool full_size) {
@@ -247,7 +263,7 @@ Handler add_eval(CLI::App& app, const GlobalOptions& g) {
       return eval_solutions(tasks_dir, o->solutions, m.backend, m.format, experiment_from_flags(o->config, o->sets), g,
                             m.full_size);
     }
-    return eval_model(m, experiment_from_flags(o->config, o->sets), g);
+    return eval_model(m, eval_experiment(o->config, o->sets, m.run, g.db), g);
   };
 }
 

@@ -1,9 +1,11 @@
 // `leap model`: inspect, tokenize with, sample from and create Hugging Face checkpoints.
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "leap_source_dir.h"  // LEAP_SOURCE_DIR
 #include "cli/python.hpp"
 #include "cli/validators.hpp"
 #include "model/chat_format.hpp"
@@ -174,9 +177,11 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   auto* init = cmd->add_subcommand("init", "Write a small random Qwen2-style model as a real HF folder");
   init->add_option("--preset", o->preset, "model size preset")->check(CLI::IsMember(std::vector<std::string>(std::begin(leap::model::kModelPresets), std::end(leap::model::kModelPresets))))->capture_default_str();
   init->add_option("--out", o->out, "output folder")->required();
-  init->add_option("--corpus", o->corpus, "folder whose task.yaml and solutions/*.md train the tokenizer")
-      ->check(CLI::ExistingDirectory)
-      ->capture_default_str();
+  auto* corpus_opt = init->add_option("--corpus", o->corpus,
+                                      "folder whose task.yaml and solutions/*.md train the tokenizer (default: "
+                                      "./tasks, else the leap checkout's tasks)")
+                         ->check(CLI::ExistingDirectory)
+                         ->capture_default_str();
   init->add_option("--seed", o->seed, "weight seed")->capture_default_str();
   init->add_option("--pretokenizer", o->pretokenizer,
                    "words: Qwen2's split (words, single digits), trained on every task.yaml and solution under "
@@ -188,8 +193,12 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
   init->add_option("--vocab", o->vocab, "tokenizer ids with the 3 special tokens (0: 1024 for words, 4096 for lines)")
       ->check(CLI::Range(int64_t{0}, int64_t{65536}))
       ->capture_default_str();
-  return [cmd, o]() -> int {
+  return [cmd, o, corpus_opt]() -> int {
     const std::string sub = cmd->get_subcommands().front()->get_name();
+    // A checkpoint folder that is not there is a usage error (exit 2), named before anything loads.
+    if ((sub == "inspect" || sub == "tokenize" || sub == "generate") && !std::filesystem::is_directory(o->path))
+      throw UsageError("leap model " + sub + ": no checkpoint folder '" + o->path + "'" +
+                       (std::filesystem::exists(o->path) ? " (it is a file; give the folder that holds config.json)" : ""));
     if (sub == "inspect") return inspect(o->path);
     if (sub == "tokenize") return tokenize(o->path, o->text);
     if (sub == "import") {
@@ -204,12 +213,22 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
       leap::model::TinyTokenizerOptions tok;
       tok.pretokenizer = o->pretokenizer;
       tok.vocab_size = o->vocab;
+      // The default ./tasks from another folder: the checkout's tasks (a new user's model made in
+      // /tmp got a tokenizer of the built-in text alone, wrote kernels in twice the tokens and
+      // learned nothing in the quickstart, 2026-12-08).
+      if (corpus_opt->count() == 0 && !std::filesystem::is_directory(o->corpus))
+        o->corpus = std::string(LEAP_SOURCE_DIR) + "/tasks";
       if (o->pretokenizer == "lines") tok.corpus = rendered_corpus(o->corpus);
       auto info = leap::model::init_tiny_model(o->out, o->corpus, o->preset, static_cast<uint64_t>(o->seed), tok);
       std::cout << "wrote " << o->out << ": qwen2 preset " << o->preset << ", " << info.num_parameters
                 << " parameters, vocabulary " << info.vocab_size << " (" << o->pretokenizer << " BPE trained on "
                 << info.corpus_documents << (tok.corpus.empty() ? " files" : " rendered prompts and solutions")
                 << " under " << o->corpus << ")\n";
+      if (info.corpus_documents == 0)
+        spdlog::warn("model init: {} holds no task.yaml or solutions/*.md, so the tokenizer was trained on a short "
+                     "built-in text: kernels take about twice the tokens, and the quickstart does not learn with it; "
+                     "give --corpus with a task-set folder (the leap checkout's tasks)",
+                     o->corpus);
       return 0;
     }
     // generate
@@ -239,6 +258,9 @@ Handler add_model(CLI::App& app, const GlobalOptions& g) {
     }
     const auto ids = tok.encode(text);
     std::vector<int64_t> prompt(ids.begin(), ids.end());
+    if (prompt.empty())
+      throw UsageError("model generate: --prompt '" + o->prompt + "' has no tokens (generation needs at least one; "
+                       "give some text, or --chat to wrap it in the chat format)");
     // The prompt and the new tokens within the model's positions (max_position_embeddings):
     // past them a rotary model has never seen the positions (a new user asked for 1048576).
     const int64_t ctx = model->config().max_position_embeddings;

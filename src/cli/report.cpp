@@ -78,6 +78,11 @@ int run_report(const std::string& db, const std::string& runs_arg, const std::st
   for (const auto& id : ids) {
     if (!st.get_run(id)) throw UsageError("leap report: no run '" + id + "' in " + db);
     runs.push_back(report::summarize_run(st, id, target));
+    if (!runs.back().writer_gone.empty())
+      spdlog::warn("leap report: run {} is marked running but its writer is gone ({}): it was stopped without a "
+                   "chance to mark it (SIGKILL, the OOM killer); `leap train --resume {}` continues it from its last "
+                   "checkpoint",
+                   id, runs.back().writer_gone, id);
   }
   // --same: config keys whose values do not make separate arms (e.g. model.path of several warm
   // starts, so an arm's spread covers them).

@@ -69,9 +69,11 @@ struct CpuBackendOptions {
   int64_t max_scratch_bytes = 0;
 };
 
-/// The cpu backend's own ceiling on one plan's scratch: 1 GiB (a zero-fill of 50-100 ms a run on
-/// the 2-core development machine; a [4096, 4096] float32 workspace is 64 MiB).
-inline constexpr int64_t kMaxCpuScratchBytes = int64_t(1) << 30;
+/// The cpu backend's own ceiling on one plan's scratch: 256 MiB (a zero-fill of 12-25 ms a run on
+/// the 2-core development machine; a [4096, 4096] float32 workspace is 64 MiB). At 1 GiB an unused
+/// scratch still cost the grader 9-21 s and 1.5-2.5 GB for one trivial answer (a red team,
+/// 2026-12-08).
+inline constexpr int64_t kMaxCpuScratchBytes = int64_t(256) << 20;
 
 /// Generated source of the trampolines for `signatures` (see the file comment).
 std::string cpu_trampoline_source(const std::vector<std::string>& signatures);

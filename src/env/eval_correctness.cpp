@@ -51,8 +51,11 @@ std::string wrong_output_text(const BoundTensor& bt, const Comparison& c, const 
   else  // integer and bool outputs are compared exactly (compare_outputs), whatever the task's tolerance
     s << " (" << c10::toString(ref.scalar_type()) << " outputs must equal the reference exactly)\n";
   s << "max abs error: " << fmt_num(c.max_abs_error) << " at index " << index_text(c.max_index, bt.shape) << "\n";
-  s << "first bad index: " << index_text(c.first_bad, bt.shape) << ": expected " << fmt_num(c.first_expected)
-    << ", got " << fmt_num(c.first_got);
+  s << "first bad index: " << index_text(c.first_bad, bt.shape) << ": expected ";
+  if (!at::isFloatingType(ref.scalar_type()) && c.first_bad >= 0 && c.first_bad < ref.numel())  // exact, not via double
+    s << ref.reshape({-1})[c.first_bad].item<int64_t>() << ", got " << got.reshape({-1})[c.first_bad].item<int64_t>();
+  else
+    s << fmt_num(c.first_expected) << ", got " << fmt_num(c.first_got);
   // The pre-fill's exact bits (a NaN the code computed, such as 0/0 or inf/inf, is not blamed on
   // an element left unwritten).
   const torch::Tensor flat = got.contiguous().reshape({-1});

@@ -27,10 +27,14 @@ struct ExtractedAnswer {
 
 /// Extracts the answer blocks from `response`.
 ///
-/// Reasoning is skipped: if the text contains `</think>`, only what follows the last one counts;
-/// an opened `<think>` that never closes leaves no answer. Fences are lines starting with three
-/// or more backticks; the info string's first word is the tag (`cuda`/`cu`, `cpp`/`c++`/`cxx`,
-/// `yaml`/`yml`, case-insensitive); a block closes at a line of at least as many backticks.
+/// Reasoning is skipped: a response that begins with `<think>` counts from its first `</think>`
+/// (none: FormatError, the answer was cut off); one that does not (a chat template that opened the
+/// block in the prompt) counts from the first `</think>` outside a fenced block, if any. The tags
+/// anywhere else are text. HTML comments outside fenced blocks are hidden, as a rendered answer
+/// hides them (a block inside one is not graded). Fences are lines of three or more backticks or
+/// tildes after any indentation (a list item's); the info string's first word is the tag (`cuda`/`cu`, `cpp`/`c++`/`cxx`,
+/// `yaml`/`yml`, case-insensitive); a block closes at a line of at least as many of the same
+/// character, and its lines lose up to the opening fence's indentation.
 /// The last code block (cuda or cpp) and the last yaml block win. Throws FormatError for: no
 /// code block, no yaml block, an unclosed code/yaml fence, an empty block, or a last code block
 /// whose language is not `expected`, and for an answer longer than kMaxAnswerBytes or a code block

@@ -617,7 +617,9 @@ Comparison compare_output_tensors(const torch::Tensor& got_in, const torch::Tens
   torch::Tensor diff = (got - ref).abs();
   torch::Tensor bad;
   if (exact) {
-    bad = got.ne(ref);
+    // In the outputs' own dtype: through double, int64 values above 2^53 that differ in their low
+    // bits compared equal (a red team's (int64_t)(double)(x + 1) was `correct`, 2026-12-08).
+    bad = got_in.reshape({-1}).ne(ref_in.reshape({-1}).to(got_in.scalar_type()));
     c.atol_eff = 0;
   } else {
     torch::Tensor finite = torch::isfinite(ref);
@@ -637,6 +639,11 @@ Comparison compare_output_tensors(const torch::Tensor& got_in, const torch::Tens
   }
   if (!c.ok) {
     c.first_bad = bad.nonzero().index({0, 0}).item<int64_t>();
+    if (exact && c.max_abs_error == 0) {  // every difference below double's resolution
+      c.max_index = c.first_bad;
+      c.max_abs_error = static_cast<double>(std::abs(got_in.reshape({-1})[c.first_bad].item<int64_t>() -
+                                                     ref_in.reshape({-1})[c.first_bad].item<int64_t>()));
+    }
     c.first_expected = ref[c.first_bad].item<double>();
     c.first_got = got[c.first_bad].item<double>();
   }

@@ -16,7 +16,8 @@ struct Weakness {
 };
 
 /// Runs the weak-task checks on the verifier's correctness seeds (same inputs, same comparison):
-/// - ignores_input: the outputs are bit-identical when one input is redrawn from another seed;
+/// - ignores_input: the outputs stay within the correctness tolerance when one input is redrawn
+///   from another seed (an answer that ignores the input passes);
 /// - constant_input: an input of more than one element holds one value everywhere on every seed
 ///   (a weight of ones, a bias of zeros), so an answer that assumes that value passes;
 /// - zeros_pass / constant_pass / copy_pass: an output filled with zeros, with one constant (the

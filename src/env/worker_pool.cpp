@@ -157,6 +157,10 @@ struct WatchStart {
   double cpu_s = 0;
   double queued_s = 0;   ///< runqueue_wait_seconds then (WatchLimits::idle_limit)
   double excused_s = 0;  ///< seconds since then the worker waited on the parent (its run reports)
+  /// Idle seconds of the job's earlier runs (RunRequest::timeout_per_run renews the CPU-time limit
+  /// and backstop per run, not the idle allowance: a red team's answer that slept 9 s a call,
+  /// under each run's allowance, held a grader 62 s over 5 correctness seeds, 2026-12-08).
+  double idle_before_s = 0;
   bool set = false;
   static WatchStart now(pid_t pid, const WatchLimits& lim) {
     WatchStart w;
@@ -167,6 +171,15 @@ struct WatchStart {
     return w;
   }
 };
+
+/// Seconds worker `pid` spent since `since` neither computing nor waiting for a CPU (asleep or
+/// blocked; the parent's excused time left out), 0 without an idle limit.
+double idle_since(pid_t pid, const WatchStart& since, const WatchLimits& lim) {
+  if (!lim.cpu_time || !lim.idle_limit) return 0;
+  const double wall = std::chrono::duration<double>(Clock::now() - since.at).count() - since.excused_s;
+  const double used = process_cpu_seconds(pid) - since.cpu_s;
+  return std::max(0.0, wall - used - std::max(0.0, runqueue_wait_seconds(pid) - since.queued_s));
+}
 
 /// Waits for one whole frame of worker `pid` on `sock` (into `frame`), watching its CPU time,
 /// wall time, memory and threads every 50 ms until the frame is complete. The limits count from
@@ -218,9 +231,10 @@ Watched await_frame(pid_t pid, int sock, std::string& frame, const WatchLimits& 
       // Asleep or blocked: wall time that was neither CPU time nor a wait for a CPU (read only once
       // the wall time less the CPU time is past the allowance, at most once a second).
       const double wall = std::chrono::duration<double>(now - start).count() - since.excused_s;
-      if (wall - used > idle_allow) {
+      if (wall - used + since.idle_before_s > idle_allow) {
         next_idle_check = now + std::chrono::seconds(1);
-        const double idle = wall - used - std::max(0.0, runqueue_wait_seconds(pid) - since.queued_s);
+        const double idle =
+            wall - used - std::max(0.0, runqueue_wait_seconds(pid) - since.queued_s) + since.idle_before_s;
         if (idle > idle_allow) return out.idle_s = idle, out;
       }
     }
@@ -769,7 +783,11 @@ void WorkerPool::await_reply(Worker& w, const BoundPlan& plan, SharedBuffers& bu
     x.reported_runs = t + 1;
     x.reply.clear();
     watch_start.excused_s += std::chrono::duration<double>(Clock::now() - parent_from).count();
-    if (request.timeout_per_run) watch_start = WatchStart::now(w.pid, x.lim);  // the next run's own limit
+    if (request.timeout_per_run) {  // the next run's own limit; the idle allowance is the job's
+      const double carried = watch_start.idle_before_s + idle_since(w.pid, watch_start, x.lim);
+      watch_start = WatchStart::now(w.pid, x.lim);
+      watch_start.idle_before_s = carried;
+    }
     if (!send_all(w.sock, &go, 1)) {
       x.watched.r = Recv::eof;
       return;

@@ -66,7 +66,12 @@ std::string arm_label(const Arm& a) {
   std::map<std::string, int> unfinished;
   for (const RunSummary* r : a.runs) {
     seeds.insert(r->run.seed);
-    if (r->run.status != store::RunStatus::finished) ++unfinished[std::string(store::to_string(r->run.status))];
+    // A `running` run whose writer is gone was killed without a chance to mark it (SIGKILL, the
+    // OOM killer): it is not running, and `leap train --resume` takes it over.
+    if (!r->writer_gone.empty())
+      ++unfinished["stopped (writer gone)"];
+    else if (r->run.status != store::RunStatus::finished)
+      ++unfinished[std::string(store::to_string(r->run.status))];
   }
   std::string label = a.runs[0]->run.name + " (";
   if (a.runs.size() == 1) {

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "util/error.hpp"
@@ -10,15 +11,27 @@ namespace leap::report {
 
 namespace {
 
-/// An SVG file's content from its <svg> element on (no XML declaration or DOCTYPE), for inlining.
-std::string inline_svg(const std::string& path) {
+/// An SVG file's content from its <svg> element on (no XML declaration or DOCTYPE), for inlining,
+/// with every id (and the references to it: href="#..", url(#..)) prefixed by `prefix`, and the
+/// generator's title ("Gnuplot", a tooltip) replaced by `title`: gnuplot writes the same ids
+/// (gnuplot_canvas, gpPt0..) into every plot, so a page of ten plots held each id ten times (a
+/// new user's HTML check, 2026-12-08).
+std::string inline_svg(const std::string& path, const std::string& prefix, const std::string& title) {
   std::ifstream in(path);
   if (!in) throw Error("leap report: cannot read the plot " + path);
   std::ostringstream s;
   s << in.rdbuf();
   std::string t = s.str();
   size_t at = t.find("<svg");
-  return at == std::string::npos ? t : t.substr(at);
+  if (at != std::string::npos) t = t.substr(at);
+  static const std::regex ids(R"(\bid=(["']))");
+  t = std::regex_replace(t, ids, "id=$1" + prefix + "-");
+  static const std::regex refs(R"(href=(["'])#)");
+  t = std::regex_replace(t, refs, "href=$1#" + prefix + "-");
+  static const std::regex urls(R"(url\(#)");
+  t = std::regex_replace(t, urls, "url(#" + prefix + "-");
+  static const std::regex gnuplot_title("<title>Gnuplot</title>");
+  return std::regex_replace(t, gnuplot_title, "<title>" + html_escape(title) + "</title>", std::regex_constants::format_first_only);
 }
 
 // Plots take the content width (at most 1200 px; gnuplot's viewBox keeps their aspect ratio);
@@ -49,7 +62,8 @@ std::string html_report(const std::string& store_path, const std::vector<Table>&
   if (!plot_note.empty()) h += "<p>" + html_escape(plot_note) + "</p>\n";
   for (const auto& p : plots) {
     const std::string name = std::filesystem::path(p.path).filename().string();
-    h += "<figure id=\"" + html_escape(std::filesystem::path(p.path).stem().string()) + "\">\n" + inline_svg(p.path) +
+    const std::string stem = std::filesystem::path(p.path).stem().string();
+    h += "<figure id=\"" + html_escape(stem) + "\">\n" + inline_svg(p.path, "svg-" + stem, name) +
          "\n<figcaption><b>" + html_escape(name) + "</b>: " + html_escape(p.caption) + "</figcaption>\n</figure>\n";
   }
   if (!curves.empty()) {

@@ -1,5 +1,7 @@
 #include "report/runs.hpp"
 
+#include "store/lease.hpp"
+
 #include <algorithm>
 
 #include "config/load.hpp"
@@ -49,6 +51,9 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
   // rather than making the run an arm of its own.
   static const auto defaults = flatten_yaml(config::to_yaml(config::Experiment{}), "the default config");
   for (const auto& [key, value] : defaults) r.config.emplace(key, value);
+  if (r.run.status == store::RunStatus::running)
+    if (const auto lease = st.get_lease(run_id))
+      if (auto why = store::lease_stale_reason(*lease)) r.writer_gone = *why;
   auto& db = st.db();
   {
     store::Statement s = db.prepare(
@@ -139,6 +144,14 @@ RunSummary summarize_run(store::Store& st, const std::string& run_id, double tar
       r.eval_geomean_speedup = last_value(st, run_id, "eval/geomean_speedup");
       r.eval_compile_rate = last_value(st, run_id, "eval/compile_rate");
     }
+  }
+  // A run that trained but whose only evaluation is the one before RL (interrupted or killed
+  // before its next one) has no final evaluation: its step-0 figures were pooled into its arm's
+  // final Acc@1 and speedup (a new user, 2026-12-08).
+  if (r.steps > 0 && r.eval_step && *r.eval_step == 0) {
+    r.eval_acc.clear();
+    r.eval_step.reset();
+    r.eval_fast_1 = r.eval_geomean_speedup = r.eval_compile_rate = r.eval_turns_per_pass = NAN;
   }
   // First eval (the policy before RL when the trainer evaluates at step 0).
   {

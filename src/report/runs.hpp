@@ -33,6 +33,9 @@ struct RunSummary {
   double tokens_per_success = NAN;            ///< generated tokens / successful rollouts (training)
   double wall_seconds = NAN;                  ///< ended_at (or the last step's end) - started_at
   double time_to_target_s = NAN;              ///< first eval/acc@1 >= target, seconds after start
+  /// Status `running` whose writer is gone (store::lease_stale_reason: killed without a chance
+  /// to mark the run, e.g. SIGKILL or the OOM killer): why; empty otherwise.
+  std::string writer_gone;
 };
 
 /// One metric's curve summary for a run.

@@ -124,6 +124,52 @@ std::vector<std::vector<Twin>> wrong_twins(SftContext& c, const std::vector<cons
 
 }  // namespace
 
+namespace {
+
+/// True for a verdict that shows a shipped solution is wrong (it does not compile, launch, run or
+/// give the reference's outputs); a timeout or an infra_error may be the machine's, not the text's.
+bool shows_wrong(env::Verdict v) {
+  return v == env::Verdict::compile_error || v == env::Verdict::launch_error || v == env::Verdict::runtime_error ||
+         v == env::Verdict::wrong_output;
+}
+
+/// The first line of `text` (for a one-line warning).
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+/// Grades the shipped solutions (one environment call) and keeps those the environment does not
+/// show to be wrong: a wrong one would be the warm start's target, and the source of its twins'
+/// "correct" second turns. Warns for each one left out, and for one that timed out or met an
+/// infra_error (kept). `left_out` counts the solutions left out.
+void keep_graded_solutions(SftContext& c, std::vector<const env::RuntimeTask*>& tasks_of,
+                           std::vector<std::string>& solutions, size_t& left_out) {
+  if (solutions.empty()) return;
+  std::vector<GradeRequest> requests;
+  for (size_t i = 0; i < solutions.size(); ++i) requests.push_back({tasks_of[i], solutions[i]});
+  const auto results = c.grader.grade(requests);
+  std::vector<const env::RuntimeTask*> kept_tasks;
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < solutions.size(); ++i) {
+    const env::Verdict v = results.at(i).verdict;
+    const std::string name = tasks_of[i]->spec().name;
+    if (shows_wrong(v)) {
+      spdlog::warn("sft: task {}: a shipped solution (solutions/{}_*.md) is {} ({}): left out of the warm start; fix "
+                   "it or remove it",
+                   name, c.exp.env.backend, env::to_string(v), first_line(results[i].feedback));
+      ++left_out;
+      continue;
+    }
+    if (v != env::Verdict::correct)
+      spdlog::warn("sft: task {}: a shipped solution (solutions/{}_*.md) graded {} ({}); kept", name, c.exp.env.backend,
+                   env::to_string(v), first_line(results[i].feedback));
+    kept_tasks.push_back(tasks_of[i]);
+    kept.push_back(std::move(solutions[i]));
+  }
+  tasks_of = std::move(kept_tasks);
+  solutions = std::move(kept);
+}
+
+}  // namespace
+
 SftPool build_sft_pool(SftContext& c) {
   const auto& sft = c.exp.train.sft;
   SftPool pool;
@@ -134,6 +180,7 @@ SftPool build_sft_pool(SftContext& c) {
       tasks_of.push_back(t);
       solutions.push_back(std::move(text));
     }
+  keep_graded_solutions(c, tasks_of, solutions, pool.left_out);
   std::map<const env::RuntimeTask*, std::vector<int64_t>> prompt_of;
   for (size_t i = 0; i < solutions.size(); ++i) {
     auto& prompt = prompt_of[tasks_of[i]];
@@ -275,8 +322,13 @@ void run_sft(SftContext& c) {
   SftPool built = build_sft_pool(c);
   const std::vector<TrainSample>& pool = built.samples;
   if (pool.empty()) {
-    spdlog::warn("train.sft: no solutions/{}_*.md in the train split of {}; SFT skipped", c.exp.env.backend,
-                 c.exp.tasks.dir);
+    if (built.left_out > 0)
+      spdlog::warn("train.sft: every one of the {} solutions/{}_*.md in the train split of {} was graded wrong (see "
+                   "above); SFT skipped",
+                   built.left_out, c.exp.env.backend, c.exp.tasks.dir);
+    else
+      spdlog::warn("train.sft: no solutions/{}_*.md in the train split of {}; SFT skipped", c.exp.env.backend,
+                   c.exp.tasks.dir);
     return;
   }
   torch::optim::AdamW opt(c.params, torch::optim::AdamWOptions(sft.lr)
@@ -319,6 +371,7 @@ void run_sft(SftContext& c) {
       },
       [&](int64_t step) { return sft_lr(sft, step); });
   std::string what = fmt::format("{} solutions", built.solutions);
+  if (built.left_out > 0) what += fmt::format(" ({} graded wrong and left out)", built.left_out);
   if (built.wrong_twins > 0) what += fmt::format(" + {} wrong twins", built.wrong_twins);
   if (built.second_turn > 0) what += fmt::format(" + {} second-turn examples", built.second_turn);
   if (const size_t with_twin = built.teacher_errors(); with_twin > 0)

@@ -59,10 +59,15 @@ struct SftPool {
   /// Solutions with a systematic twin (the non-empty entries of teacher_twins).
   size_t teacher_errors() const;
   size_t graded = 0;       ///< mutants the environment graded to choose the twins
+  /// Shipped solutions left out because the environment graded them wrong (a compile, launch or
+  /// runtime error, or wrong output); each is warned of, naming its task.
+  size_t left_out = 0;
   std::string twins;       ///< "task: line L: 'a' -> 'b' (verdict); ..." of every chosen twin
 };
 
-/// Builds the warm start's examples from the train split's shipped solutions. With
+/// Builds the warm start's examples from the train split's shipped solutions, after grading
+/// them (one `ctx.grader` call): one graded a compile, launch or runtime error or wrong_output is
+/// left out with a warning (SftPool::left_out); a timeout or infra_error is kept with one. With
 /// n = max(train.sft.mutants, train.sft.second_turn) > 0, each solution also gets up to n wrong
 /// twins: its one-edit mutants (rl/mutants.hpp; only train.sft.mutant_kinds' kinds when that list
 /// is not empty) in a seeded order, at most 8 graded by

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <typeinfo>
 #include <cmath>
@@ -54,6 +55,7 @@
 #include "util/hash.hpp"
 #include "util/log.hpp"
 #include "util/process_info.hpp"
+#include "store/lease.hpp"
 
 namespace leap::rl {
 
@@ -63,19 +65,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// A lease from another host not refreshed for this long is stale (docs/training.md).
-constexpr double kLeaseStaleSeconds = 2 * 3600.0;
-
 std::atomic<bool> g_interrupted{false};
+std::atomic<int64_t> g_first_signal_ns{0};  ///< CLOCK_MONOTONIC of the first stop signal
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+/// A second SIGINT sooner than this after the first is the same interrupt: GNU `timeout -s INT`
+/// signals the process and then its process group, so one timeout read as two Ctrl-Cs and
+/// stopped the run mid-step (a new user, 2026-12-08).
+constexpr int64_t kRepeatDebounceNs = 500'000'000;
+
 extern "C" void on_sigint(int sig) {
-  // write(2) and the crash guard's helper only: async-signal-safe.
+  // write(2), clock_gettime and the crash guard's helper only: async-signal-safe.
   if (g_interrupted.exchange(true)) {
     if (sig != SIGINT) return;  // a repeated SIGTERM or SIGHUP changes nothing
+    if (monotonic_ns() - g_first_signal_ns.load() < kRepeatDebounceNs) return;
     static const char now[] = "\nleap: interrupted again: stopping now; the run resumes from its last checkpoint\n";
     ssize_t w = write(STDERR_FILENO, now, sizeof now - 1);
     (void)w;
     interrupt_exit_now();
   }
+  g_first_signal_ns = monotonic_ns();
   util::note_interrupt();  // a reference that never returns cannot block the stop (env/reference.hpp)
   static const char ack[] =
       "\nleap: stopping after the current step or evaluation (checkpointed, the run marked interrupted); "
@@ -116,34 +130,6 @@ class InterruptGuard {
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string hostname() { return util::host_name(); }
-
-/// This process as a run's lease holder.
-store::RunLease my_lease() {
-  store::RunLease l;
-  l.host = hostname();
-  l.pid = static_cast<int64_t>(getpid());
-  l.process_started_at = util::process_start_time(getpid()).value_or(0);
-  return l;
-}
-
-/// Why the lease `l` of another process is stale (its holder is gone), or nullopt while it holds.
-/// On this host: the pid does not run, or runs a process started at another time (a reused pid).
-/// From another host: not refreshed for kLeaseStaleSeconds.
-std::optional<std::string> lease_stale_reason(const store::RunLease& l) {
-  if (l.host == hostname()) {
-    const auto started = util::process_start_time(static_cast<long>(l.pid));
-    if (!started) return fmt::format("pid {} is not running on this host", l.pid);
-    if (std::abs(*started - l.process_started_at) > 1.0)
-      return fmt::format("pid {} is now another process (it started {:.0f} s after the lease's holder)", l.pid,
-                         *started - l.process_started_at);
-    return std::nullopt;
-  }
-  const double age = store::unix_now() - l.refreshed_at;
-  if (age > kLeaseStaleSeconds)
-    return fmt::format("the lease of host {} was last refreshed {:.0f} s ago (stale after {:.0f} s)", l.host, age,
-                       kLeaseStaleSeconds);
-  return std::nullopt;
-}
 
 /// Throws when the run's log file could not be written (a full disk): the run must not go on unlogged.
 void check_log_file(const std::string& path) {
@@ -348,7 +334,7 @@ std::optional<TrainSummary> take_resumed_lease(Run& r) {
     return summary;
   }
   try {
-    if (auto old = r.db->acquire_lease(row->id, r.lease, lease_stale_reason))
+    if (auto old = r.db->acquire_lease(row->id, r.lease, store::lease_stale_reason))
       spdlog::warn("run {}: took over the lease of pid {} on host {} (its process is gone)", row->id, old->pid,
                    old->host);
   } catch (const store::LeaseHeldError& e) {
@@ -946,7 +932,7 @@ TrainSummary train(const config::Experiment& experiment, const TrainContext& ctx
   const auto t_start = Clock::now();
   const config::Experiment exp = config::resolved(experiment);  // what runs is what the run row stores
   Run r(exp, ctx);
-  if (r.rank0()) r.lease = my_lease();
+  if (r.rank0()) r.lease = store::my_lease();
   if (auto done = take_resumed_lease(r)) return *done;
   ResumePoint rp;
   try {
