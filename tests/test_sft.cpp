@@ -168,7 +168,7 @@ TEST_CASE("sft pool: the shipped solutions are graded first, one the environment
   CHECK(pool.left_out == 0);
 
   for (const auto v : {env::Verdict::wrong_output, env::Verdict::compile_error, env::Verdict::runtime_error,
-                       env::Verdict::launch_error}) {
+                       env::Verdict::launch_error, env::Verdict::format_error}) {
     CAPTURE(env::to_string(v));
     FixedGrader wrong;
     wrong.shipped_verdict = v;

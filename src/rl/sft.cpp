@@ -126,12 +126,10 @@ std::vector<std::vector<Twin>> wrong_twins(SftContext& c, const std::vector<cons
 
 namespace {
 
-/// True for a verdict that shows a shipped solution is wrong (it does not compile, launch, run or
-/// give the reference's outputs); a timeout or an infra_error may be the machine's, not the text's.
-bool shows_wrong(env::Verdict v) {
-  return v == env::Verdict::compile_error || v == env::Verdict::launch_error || v == env::Verdict::runtime_error ||
-         v == env::Verdict::wrong_output;
-}
+/// True for a verdict that shows a shipped solution is wrong: the verdicts a twin may have
+/// (wrong_output, or a format, compile, launch or runtime error); not correct, and not a timeout
+/// or an infra_error, which may be the machine's rather than the text's.
+bool shows_wrong(env::Verdict v) { return twin_verdict(v, 0) || twin_verdict(v, 1); }
 
 /// The first line of `text` (for a one-line warning).
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }

@@ -66,7 +66,7 @@ struct SftPool {
 };
 
 /// Builds the warm start's examples from the train split's shipped solutions, after grading
-/// them (one `ctx.grader` call): one graded a compile, launch or runtime error or wrong_output is
+/// them (one `ctx.grader` call): one graded wrong_output or a format, compile, launch or runtime error is
 /// left out with a warning (SftPool::left_out); a timeout or infra_error is kept with one. With
 /// n = max(train.sft.mutants, train.sft.second_turn) > 0, each solution also gets up to n wrong
 /// twins: its one-edit mutants (rl/mutants.hpp; only train.sft.mutant_kinds' kinds when that list
